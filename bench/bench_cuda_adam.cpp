@@ -29,6 +29,7 @@ int main() {
 #include <vector>
 
 #include "cuda/fused_optimizers.h"
+#include "bench/bench_cuda_check.h"
 #include "device/cuda_device.h"
 #include "dsrt.h"
 #include "util/half.h"
@@ -37,22 +38,6 @@ namespace {
 
 using namespace dsrt;
 
-#define BENCH_CHECK(expr)                                                                     \
-  do {                                                                                        \
-    const Status s_ = (expr);                                                                 \
-    if (!s_.ok()) {                                                                           \
-      std::fprintf(stderr, "%s failed: %s\n", #expr, s_.message().c_str());                   \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
-#define BENCH_CUDA(expr)                                                                      \
-  do {                                                                                        \
-    const cudaError_t e_ = (expr);                                                            \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s failed: %s\n", #expr, cudaGetErrorString(e_));                 \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
 
 // Best time in seconds of fn() over iters runs (after one warm-up), timed with events.
 template <class Fn>

@@ -7,6 +7,7 @@
 
 #include "cuda/fused_optimizers.h"
 #include "cuda/multi_tensor.cuh"
+#include "optim/step_constants.h"
 
 namespace dsrt {
 namespace cuda_kernels {
@@ -158,10 +159,6 @@ const char *op_name(int op) {
   return names[op];
 }
 
-double bias_correction(bool enabled, double beta, int64_t step) {
-  return enabled ? 1.0 - std::pow(beta, static_cast<double>(step)) : 1.0;
-}
-
 Status check_common(const char *what, const OptimizerHyper &hyper, const OptimizerSlice *slices, size_t count,
                     float grad_scale, bool needs_grad) {
   if (count > 0 && slices == nullptr) return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: slices is NULL", what);
@@ -260,78 +257,48 @@ Status cuda_set_launch_limits(int max_tensors, int max_blocks) {
   return Status::Ok();
 }
 
+// The shared per-step constants (src/optim/step_constants.h) in the kernels' argument struct.
+static StepConsts consts_from(const StepConstants &f) {
+  StepConsts c{};
+  c.grad_scale = f.grad_scale;
+  c.lr = f.lr;
+  c.beta1 = f.beta1;
+  c.beta2 = f.beta2;
+  c.one_minus_beta1 = f.one_minus_beta1;
+  c.one_minus_beta2 = f.one_minus_beta2;
+  c.eps = f.eps;
+  c.l2_decay = f.l2_decay;
+  c.decoupled_decay = f.decoupled_decay;
+  c.keep_factor = f.keep_factor;
+  c.step_size = f.step_size;
+  c.inv_sqrt_bc2 = f.inv_sqrt_bc2;
+  c.momentum = f.momentum;
+  c.one_minus_dampening = f.one_minus_dampening;
+  c.nesterov = f.nesterov ? 1 : 0;
+  c.first_step = f.first_step ? 1 : 0;
+  return c;
+}
+
 Status cuda_optimizer_step_many(const OptimizerHyper &hyper, const OptimizerSlice *slices, size_t count,
                                 float grad_scale, void *stream) {
-  StepConsts c{};
-  c.grad_scale = grad_scale;
-  c.lr = hyper.lr;
-  const double lr = hyper.lr, wd = hyper.weight_decay;
-  int op = kAdam;
   const char *what = "CUDA optimizer step";
   DSRT_RETURN_IF_ERROR(check_common(what, hyper, slices, count, grad_scale, true));
-  switch (hyper.type) {
-    case OptimizerType::Adam:
-    case OptimizerType::AdamW: {
-      DSRT_RETURN_IF_ERROR(require_states("Adam", slices, count, 2));
-      const bool decoupled = hyper.type == OptimizerType::AdamW || hyper.adam_w_mode;
-      c.beta1 = hyper.beta1;
-      c.beta2 = hyper.beta2;
-      c.one_minus_beta1 = static_cast<float>(1.0 - hyper.beta1);
-      c.one_minus_beta2 = static_cast<float>(1.0 - hyper.beta2);
-      c.eps = hyper.eps;
-      c.l2_decay = decoupled ? 0.0f : hyper.weight_decay;
-      c.keep_factor = decoupled ? static_cast<float>(1.0 - lr * wd) : 1.0f;
-      c.step_size = static_cast<float>(lr / bias_correction(hyper.bias_correction, hyper.beta1, hyper.step));
-      c.inv_sqrt_bc2 =
-          static_cast<float>(1.0 / std::sqrt(bias_correction(hyper.bias_correction, hyper.beta2, hyper.step)));
-      op = kAdam;
-      break;
-    }
-    case OptimizerType::SGD:
-      if (hyper.momentum != 0.0f) DSRT_RETURN_IF_ERROR(require_states("SGD", slices, count, 1));
-      if (hyper.nesterov && (hyper.momentum <= 0.0f || hyper.dampening != 0.0f)) {
-        return Error(DSRT_ERR_INVALID_ARGUMENT,
-                     "SGD: nesterov momentum requires momentum > 0 and dampening 0 (momentum %g, dampening %g)",
-                     static_cast<double>(hyper.momentum), static_cast<double>(hyper.dampening));
-      }
-      c.l2_decay = hyper.weight_decay;
-      c.momentum = hyper.momentum;
-      c.one_minus_dampening = static_cast<float>(1.0 - hyper.dampening);
-      c.nesterov = hyper.nesterov ? 1 : 0;
-      c.first_step = hyper.step == 1 ? 1 : 0;
-      op = kSgd;
-      break;
-    case OptimizerType::Adagrad:
-      DSRT_RETURN_IF_ERROR(require_states("Adagrad", slices, count, 1));
-      c.l2_decay = hyper.weight_decay;
-      c.eps = hyper.eps;
-      op = kAdagrad;
-      break;
-    case OptimizerType::Lion:
-      DSRT_RETURN_IF_ERROR(require_states("Lion", slices, count, 1));
-      c.beta1 = hyper.beta1;
-      c.beta2 = hyper.beta2;
-      c.one_minus_beta1 = static_cast<float>(1.0 - hyper.beta1);
-      c.one_minus_beta2 = static_cast<float>(1.0 - hyper.beta2);
-      c.keep_factor = static_cast<float>(1.0 - lr * wd);
-      op = kLion;
-      break;
-    case OptimizerType::Lamb:
-      return Error(DSRT_ERR_INVALID_ARGUMENT,
-                   "Lamb needs whole-tensor norms: call cuda_lamb_phase1_many, all-reduce the sums, then "
-                   "cuda_lamb_phase2_many");
-    case OptimizerType::OneBitAdam:
-      return Error(DSRT_ERR_UNSUPPORTED, "OneBitAdam is not implemented by the CUDA optimizer kernels; use Adam or AdamW");
-    default:
-      return Error(DSRT_ERR_INVALID_ARGUMENT, "unknown optimizer type %d", static_cast<int>(hyper.type));
-  }
+  if (hyper.type == OptimizerType::Lamb)
+    return Error(DSRT_ERR_INVALID_ARGUMENT,
+                 "Lamb needs whole-tensor norms: call cuda_lamb_phase1_many, all-reduce the sums, then "
+                 "cuda_lamb_phase2_many");
+  StepConstants folded;
+  DSRT_RETURN_IF_ERROR(fold_step_constants(what, hyper, grad_scale, &folded));
+  DSRT_RETURN_IF_ERROR(require_states(optimizer_type_name(hyper.type), slices, count, folded.states));
+  const StepConsts c = consts_from(folded);
   if (count == 0) return Status::Ok();
   const std::vector<TensorEntry> entries = make_entries(slices, count, nullptr, true);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (op) {
-    case kAdam: return launch_lists<kAdam>(entries, c, s);
-    case kSgd: return launch_lists<kSgd>(entries, c, s);
-    case kAdagrad: return launch_lists<kAdagrad>(entries, c, s);
+  switch (hyper.type) {
+    case OptimizerType::Adam:
+    case OptimizerType::AdamW: return launch_lists<kAdam>(entries, c, s);
+    case OptimizerType::SGD: return launch_lists<kSgd>(entries, c, s);
+    case OptimizerType::Adagrad: return launch_lists<kAdagrad>(entries, c, s);
     default: return launch_lists<kLion>(entries, c, s);
   }
 }
@@ -367,15 +334,9 @@ Status cuda_lamb_phase1_many(const OptimizerHyper &hyper, const OptimizerSlice *
     return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: the workspace holds %zu bytes; %zu are needed (cuda_reduction_workspace_bytes)",
                  what, workspace ? workspace_bytes : 0, slots * 2 * sizeof(float));
   }
-  StepConsts c{};
-  c.grad_scale = grad_scale;
-  c.lr = hyper.lr;
-  c.beta1 = hyper.beta1;
-  c.beta2 = hyper.beta2;
-  c.one_minus_beta1 = static_cast<float>(1.0 - hyper.beta1);
-  c.one_minus_beta2 = static_cast<float>(1.0 - hyper.beta2);
-  c.eps = hyper.eps;
-  c.decoupled_decay = hyper.weight_decay;
+  StepConstants folded;
+  DSRT_RETURN_IF_ERROR(fold_lamb_phase1_constants(what, hyper, grad_scale, &folded));
+  StepConsts c = consts_from(folded);
   c.partials_p = static_cast<float *>(workspace);
   c.partials_u = c.partials_p + slots;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
@@ -405,11 +366,7 @@ Status cuda_lamb_phase2_many(const OptimizerHyper &hyper, const OptimizerSlice *
   }
   StepConsts c{};
   c.lr = hyper.lr;
-  c.lamb_step_size = hyper.lr;
-  if (hyper.bias_correction) {
-    c.lamb_step_size = hyper.lr * std::sqrt(bias_correction(true, hyper.beta2, hyper.step)) /
-                       bias_correction(true, hyper.beta1, hyper.step);
-  }
+  c.lamb_step_size = lamb_step_size(hyper);
   c.max_coeff = hyper.max_coeff;
   c.min_coeff = hyper.min_coeff;
   c.param_norms = param_norms;

@@ -60,6 +60,11 @@ Status cuda_sum_squares_many(const CudaTensorRef *tensors, size_t count, float s
 // dst[i] = cast(src[i]) between fp32/fp16/bf16 (round-to-nearest-even as src/util/half.h).
 Status cuda_convert(const void *src, dsrt_dtype src_dtype, void *dst, dsrt_dtype dst_dtype, size_t n, void *stream);
 
+// dst[i] = cast(src[i] * scale), the product in fp32 (the gradient reducer's prescaled send buffers);
+// in place (src == dst) is allowed when both dtypes are the same.
+Status cuda_convert_scaled(const void *src, dsrt_dtype src_dtype, void *dst, dsrt_dtype dst_dtype, size_t n,
+                           float scale, void *stream);
+
 // dst[i] += src[i] * scale, dst fp32.
 Status cuda_accumulate(float *dst, const void *src, dsrt_dtype src_dtype, size_t n, float scale, void *stream);
 

@@ -215,11 +215,15 @@ DSRT_API dsrt_status dsrt_comm_create_local(dsrt_comm **out);
 DSRT_API dsrt_status dsrt_comm_create_from_env(dsrt_comm **out);
 
 /* Fill out128 with a new NCCL unique id (128 bytes) for dsrt_comm_create_nccl; one rank creates it
-** and the host shares it (e.g. through torch.distributed). DSRT_ERR_UNSUPPORTED without NCCL. */
+** and the host shares it (e.g. through torch.distributed). DSRT_ERR_UNSUPPORTED in a build without
+** NCCL; DSRT_ERR_COMM if NCCL cannot create one (no usable network interface). */
 DSRT_API dsrt_status dsrt_nccl_unique_id(void *out128);
 
-/* Join an NCCL world from a shared unique id. device is the CUDA device ordinal of this rank.
-** DSRT_ERR_UNSUPPORTED without NCCL. */
+/* Join an NCCL world from a shared unique id; collective over world_size ranks, one GPU per rank.
+** device is the CUDA device ordinal of this rank. Collectives take GPU buffers (host buffers work,
+** staged through the GPU) and run on the communicator's own stream. DSRT_ERR_UNSUPPORTED in a build
+** without NCCL; DSRT_ERR_DEVICE if no GPU is visible or device does not exist; DSRT_ERR_COMM if a
+** rank does not join within DSRT_COMM_TIMEOUT_S seconds or NCCL refuses (two ranks on one GPU). */
 DSRT_API dsrt_status dsrt_comm_create_nccl(const void *id128, int32_t rank, int32_t world_size,
                                            int32_t device, dsrt_comm **out);
 

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -272,6 +273,9 @@ int run(const gpt::TrainOptions &o) {
     dsrt_free(json);
 
     // --- The engine and the model ----------------------------------------------------------------
+    // This model's forward and backward run on the host (OpenBLAS), so dsrt's working copies and
+    // gradient buffers must be host memory even where a GPU is visible.
+    setenv("DSRT_DEVICE", "cpu", 1);
     dsrt_engine *engine_raw = nullptr;
     st = dsrt_engine_create(config.get(), comm.get(), &engine_raw);
     if (st != DSRT_OK) return fail(gpt::dsrt_error("dsrt_engine_create", st));

@@ -92,14 +92,13 @@ DSRT_API dsrt_status dsrt_engine_build(dsrt_engine *engine) {
 }
 
 DSRT_API dsrt_status dsrt_engine_set_stream(dsrt_engine *engine, void *cuda_stream) {
-  (void)cuda_stream;
   const char *fn = __func__;
   return guarded(fn, [&]() -> Status {
     Engine *e = nullptr;
     DSRT_RETURN_IF_ERROR(dsrt::engine_of(engine, fn, &e));
     if (e->built())
       return dsrt::Error(DSRT_ERR_STATE, "%s: call it before dsrt_engine_build", fn);
-    return Status::Ok();  // a CPU engine has no streams to order against
+    return e->set_stream(cuda_stream);  // stored; a CPU engine has nothing to order against
   });
 }
 

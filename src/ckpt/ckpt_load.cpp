@@ -1,8 +1,9 @@
 // defines: load_checkpoint -- each rank reads, for every piece of the new layout it owns, the
 // ranges of whichever saved shards hold them (resharding by the manifest's layout), into staging
 // buffers, verifying every block it touches. Only when every rank has succeeded do the ranks
-// copy the staging buffers into the engine (NVMe-offloaded states through write_partition_state,
-// into their swap files) and restore counters, scaler, scheduler and client state.
+// copy the staging buffers into the engine (states in NVMe swap files or GPU memory through
+// write_partition_state, host-resident ones through their pointers) and restore counters, scaler,
+// scheduler and client state.
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -14,6 +15,7 @@
 #include "ckpt/file_io.h"
 #include "ckpt/manifest.h"
 #include "ckpt/shard_cache.h"
+#include "ckpt/shard_file.h"
 #include "config/schema.h"
 #include "util/aligned_buffer.h"
 #include "util/log.h"
@@ -132,15 +134,23 @@ Status commit(Engine &engine, const Staged &staged) {
       DSRT_RETURN_IF_ERROR(
           engine.write_partition_state(static_cast<int>(s) - 1, 0, elems, staged.streams[s].as<float>()));
   } else {
-    // Resident states may live in device memory: copy segment by segment through the device.
+    // Host-resident states are written through their pointers; states in GPU memory (no host
+    // pointer) through write_partition_state, one segment at a time from the host staging.
     Device &device = const_cast<Device &>(engine.device());
     const std::vector<OwnedSegment> segments = engine.partitioning().owned_segments(engine.rank());
     for (size_t s = 0; s < staged.streams.size(); ++s) {
-      float *dst = s == 0 ? engine.master_partition() : engine.optimizer_state(static_cast<int>(s) - 1);
+      const int state = static_cast<int>(s) - 1;
+      float *dst = state < 0 ? engine.master_partition() : engine.optimizer_state(state);
+      if (checkpoint_test_hooks().states_without_host_pointer) dst = nullptr;
       const float *src = staged.streams[s].as<float>();
-      for (const OwnedSegment &seg : segments)
-        DSRT_RETURN_IF_ERROR(device.copy(dst + seg.part_offset, src + seg.part_offset,
-                                         static_cast<size_t>(seg.count) * sizeof(float), nullptr));
+      for (const OwnedSegment &seg : segments) {
+        const size_t count = static_cast<size_t>(seg.count);
+        if (dst != nullptr)
+          DSRT_RETURN_IF_ERROR(device.copy(dst + seg.part_offset, src + seg.part_offset, count * sizeof(float), nullptr));
+        else
+          DSRT_RETURN_IF_ERROR(engine.write_partition_state(state, static_cast<size_t>(seg.part_offset), count,
+                                                            src + seg.part_offset));
+      }
     }
     DSRT_RETURN_IF_ERROR(device.synchronize(nullptr));
   }

@@ -1,7 +1,8 @@
 // defines: save_checkpoint -- every rank streams its partition into a shard inside a temporary
 // folder; after all ranks agree, the leader writes the manifest and swaps the folder into place,
 // then updates latest. Any crash before the swap leaves the previous tag and latest untouched.
-// NVMe-offloaded partitions are streamed out of the swap files in bounded chunks.
+// States not exposed as host memory (NVMe swap files, GPU memory) are streamed out through
+// Engine::read_partition_state in bounded chunks.
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -78,19 +79,26 @@ Status write_shard(Engine &engine, const std::string &path, int as_rank, uint64_
     std::memcpy(dst, src, bytes);
     return Status::Ok();
   };
-  // NVMe-offloaded states are not resident: they are read through the engine one block-sized
-  // chunk at a time, so a save never holds more than a chunk and the writer's block in memory.
+  // A state the engine exposes as a host pointer (master_partition(), optimizer_state(i)) is
+  // appended straight from it. Otherwise (NVMe swap files, or GPU memory) it is read through
+  // Engine::read_partition_state one block-sized chunk at a time, so a save never holds more than
+  // a chunk and the writer's block in memory.
+  auto resident = [&engine](int state) -> const float * {
+    if (checkpoint_test_hooks().states_without_host_pointer) return nullptr;
+    return state < 0 ? engine.master_partition() : engine.optimizer_state(state);
+  };
+  bool any_streamed = false;
+  for (int state = -1; state < engine.num_optimizer_states(); ++state) any_streamed |= resident(state) == nullptr;
   AlignedBuffer chunk;
   const size_t chunk_elems = std::max<size_t>(1, static_cast<size_t>(block_bytes / sizeof(float)));
-  if (engine.nvme_offload() && !chunk.allocate(chunk_elems * sizeof(float), false))
+  if (any_streamed && !chunk.allocate(chunk_elems * sizeof(float), false))
     return Error(DSRT_ERR_OUT_OF_MEMORY, "save_checkpoint: cannot allocate a %zu-byte staging chunk",
                  chunk_elems * sizeof(float));
   ShardWriter writer;
   DSRT_RETURN_IF_ERROR(writer.open(path, header));
   for (uint32_t stream = 0; stream < header.num_streams; ++stream) {
     const int state = static_cast<int>(stream) - 1;
-    if (!engine.nvme_offload()) {
-      const float *base = state < 0 ? engine.master_partition() : engine.optimizer_state(state);
+    if (const float *base = resident(state)) {
       for (const OwnedSegment &s : segments)
         DSRT_RETURN_IF_ERROR(writer.append(base + s.part_offset, static_cast<size_t>(s.count) * sizeof(float), copy));
       continue;

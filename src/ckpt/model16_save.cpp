@@ -19,9 +19,6 @@ Status gather_working_tensor(Engine &engine, size_t t, std::vector<uint8_t> *out
   out->assign(static_cast<size_t>(numel) * wsize, 0);
   Device &device = const_cast<Device &>(engine.device());
   const char *working = static_cast<const char *>(engine.working_copy());
-  if (working == nullptr)  // offload_param "nvme": the shards are in swap files between steps
-    return Error(DSRT_ERR_UNSUPPORTED, "save_16bit_model: not implemented with zero_optimization.offload_param.device "
-                                       "\"nvme\" (the working shards are on NVMe); save a checkpoint instead");
   if (part.flat()) {
     DSRT_RETURN_IF_ERROR(device.copy(out->data(), working + part.flat_layout().tensor_offset(t) * static_cast<int64_t>(wsize),
                                      out->size(), nullptr));
@@ -32,7 +29,15 @@ Status gather_working_tensor(Engine &engine, size_t t, std::vector<uint8_t> *out
   for (int r = 0; r < world; ++r) counts[static_cast<size_t>(r)] = static_cast<size_t>(part.shard_layout().owned_range(t, r).size());
   const OwnedSegment mine = part.owned_piece(t, engine.rank());
   std::vector<uint8_t> send(static_cast<size_t>(mine.count) * wsize + 1);
-  if (mine.count > 0) {
+  if (mine.count > 0 && working == nullptr) {
+    // offload_param between steps: the shard is copied from host memory ("cpu", or "nvme" under
+    // max_in_cpu) or streamed from its swap file, one tensor at a time.
+    std::vector<uint8_t> shard(static_cast<size_t>(part.shard_layout().shard_size(t)) * wsize);
+    DSRT_RETURN_IF_ERROR(engine.read_working_shard(t, shard.data()));
+    const int64_t at = mine.part_offset - part.shard_layout().shard_offset(t);
+    std::copy(shard.begin() + at * static_cast<int64_t>(wsize),
+              shard.begin() + (at + mine.count) * static_cast<int64_t>(wsize), send.begin());
+  } else if (mine.count > 0) {
     DSRT_RETURN_IF_ERROR(device.copy(send.data(), working + mine.part_offset * static_cast<int64_t>(wsize),
                                      static_cast<size_t>(mine.count) * wsize, nullptr));
     DSRT_RETURN_IF_ERROR(device.synchronize(nullptr));

@@ -85,6 +85,9 @@ class ShardReader {
 struct CheckpointTestHooks {
   std::function<void(const char *phase, uint64_t index)> at;
   uint64_t block_bytes = 0;  // 0: kDefaultBlockBytes
+  // Treat every state as lacking a host pointer, as when it lives in GPU memory, so that save and
+  // load take the read_partition_state / write_partition_state path on the CPU device too.
+  bool states_without_host_pointer = false;
 };
 CheckpointTestHooks &checkpoint_test_hooks();
 void checkpoint_hook(const char *phase, uint64_t index);

@@ -239,8 +239,7 @@ std::vector<KeySpec> build_schema_keys() {
     k.push_back(B(o + "pin_memory", false));
     if (is_param) {
       k.push_back(I(o + "buffer_size", 100000000, 1));
-      k.push_back(with(I(o + "max_in_cpu", 1000000000, 0), Support::Ignored,
-                       "dsrt's NVMe parameter swapper keeps only its buffer_count buffers in host memory"));
+      k.push_back(I(o + "max_in_cpu", 1000000000, 0));
     } else {
       k.push_back(B(o + "pipeline_read", false));
       k.push_back(B(o + "pipeline_write", false));

@@ -5,16 +5,18 @@
 #endif
 
 namespace dsrt {
-bool device_has_cuda() {
+int device_cuda_count() {
 #ifdef DSRT_HAVE_CUDA
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
     cudaGetLastError();  // clear the sticky "no device" error
-    return false;
+    return 0;
   }
-  return count > 0;
+  return count;
 #else
-  return false;
+  return 0;
 #endif
 }
+
+bool device_has_cuda() { return device_cuda_count() > 0; }
 }  // namespace dsrt

@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstring>
 
+#include "comm/device_comm.h"
+#include "comm/staged_comm.h"
+#include "device/device_select.h"
 #include "optim/cpu_optimizer.h"
 #include "util/half.h"
 #include "util/log.h"
@@ -27,7 +30,9 @@ uint64_t fnv1a(const void *data, size_t bytes, uint64_t hash = 14695981039346656
 
 }  // namespace
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  if (order_event_ != nullptr && device_) (void)device_->destroy_event(order_event_);
+}
 
 Status Engine::create(const TrainConfig &config, std::shared_ptr<Comm> comm, std::unique_ptr<Engine> *out) {
   if (!comm) return Error(DSRT_ERR_INVALID_ARGUMENT, "engine create: no communicator");
@@ -103,8 +108,24 @@ Status Engine::create(const TrainConfig &config, std::shared_ptr<Comm> comm, std
   std::unique_ptr<Engine> engine(new Engine());
   engine->config_ = config;
   engine->config_.world_size = comm->size();
+  DeviceChoice choice;
+  DSRT_RETURN_IF_ERROR(device_select(device_local_rank(comm->rank()), &engine->device_, &choice)
+                           .with_context("engine create: choosing the device"));
+  if (engine->device_->type() != DSRT_DEVICE_CPU) {
+    // A host communicator cannot read device buffers: stage its collectives through pinned host memory.
+    if (dynamic_cast<DeviceOrderedComm *>(comm.get()) == nullptr) {
+      std::shared_ptr<Comm> staged;
+      DSRT_RETURN_IF_ERROR(staged_comm_create(comm, engine->device_, &staged)
+                               .with_context(Format("engine create: staging the %s communicator through host memory for %s",
+                                                    comm->backend(), engine->device_->name())));
+      comm = std::move(staged);
+    }
+  }
   engine->comm_ = std::move(comm);
-  engine->device_ = device_create_cpu();
+  logf(DSRT_LOG_INFO, "engine device: %s (%s)", engine->device_->name(), choice.reason.c_str());
+  DSRT_RETURN_IF_ERROR(optimizer_backend_create(*engine->device_, nullptr, &engine->backend_));
+  DSRT_RETURN_IF_ERROR(engine->device_->create_event(&engine->order_event_));
+  engine->host_backend_ = optimizer_backend_host();
   engine->scaler_ = LossScaler(config.fp16, config.fp16.enabled);
   if (!config.optimizer.present)
     log_warn_once("engine_no_optimizer",
@@ -220,12 +241,31 @@ Status Engine::allocate_states() {
   const size_t part = static_cast<size_t>(part_.partition_elems());
   num_states_ = optimizer_state_count(config_.optimizer);
   const bool on_nvme = config_.zero.offload_optimizer.device == OffloadDevice::Nvme;
-  if (!on_nvme)
-    DSRT_RETURN_IF_ERROR(device_->allocate(part * sizeof(float), &master_).with_context("allocating fp32 master weights"));
+  // Offloaded to the CPU, the masters and states are pinned host memory (zeroed, as device memory).
+  const bool on_host = host_optimizer();
+  auto allocate_state = [&](DeviceBuffer *out, const char *what) {
+    const Status s = on_host ? device_->allocate_pinned(part * sizeof(float), out)
+                             : device_->allocate(part * sizeof(float), out);
+    return s.with_context(what);
+  };
+  if (!on_nvme) DSRT_RETURN_IF_ERROR(allocate_state(&master_, "allocating fp32 master weights"));
   for (int i = 0; i < num_states_ && !on_nvme; ++i) {
-    DSRT_RETURN_IF_ERROR(device_->allocate(part * sizeof(float), &states_[i]).with_context("allocating optimizer states"));
+    DSRT_RETURN_IF_ERROR(allocate_state(&states_[i], "allocating optimizer states"));
     const float value = optimizer_state_initial_value(config_.optimizer, i);
-    if (value != 0.0f) std::fill(states_[i].as<float>(), states_[i].as<float>() + part, value);
+    if (value == 0.0f) continue;
+    if (on_host) {
+      std::fill(states_[i].as<float>(), states_[i].as<float>() + part, value);
+    } else {
+      const std::vector<float> filled(part, value);
+      DSRT_RETURN_IF_ERROR(device_->copy(states_[i].data(), filled.data(), part * sizeof(float), nullptr));
+      DSRT_RETURN_IF_ERROR(device_->synchronize(nullptr));
+    }
+  }
+  if (stages_through_host()) {
+    DSRT_RETURN_IF_ERROR(device_->allocate_pinned(part * sizeof(float), &host_grads_)
+                             .with_context("allocating the host gradient partition (optimizer offload)"));
+    DSRT_RETURN_IF_ERROR(device_->allocate_pinned(part * dtype_size(working_dtype()), &host_working_)
+                             .with_context("allocating the host working-copy staging (optimizer offload)"));
   }
   const size_t working_bytes = static_cast<size_t>(part_.resident_working_elems()) * dtype_size(working_dtype());
   DSRT_RETURN_IF_ERROR(device_->allocate(working_bytes, &working_).with_context("allocating working copies"));
@@ -251,30 +291,29 @@ Status Engine::build_impl() {
   if (config_.zero.offload_optimizer.device == OffloadDevice::Nvme) {
     DSRT_RETURN_IF_ERROR(nvme_build(part_.owned_segments(rank())));
   } else {
+    // The masters may be device memory: copy through the device.
     float *master = master_.as<float>();
     for (const OwnedSegment &seg : part_.owned_segments(rank())) {
       const TensorInfo &info = tensors_[seg.tensor];
       if (!info.init.empty())
-        std::memcpy(master + seg.part_offset, info.init.data() + seg.tensor_begin,
-                    static_cast<size_t>(seg.count) * sizeof(float));
+        DSRT_RETURN_IF_ERROR(device_->copy(master + seg.part_offset, info.init.data() + seg.tensor_begin,
+                                           static_cast<size_t>(seg.count) * sizeof(float), nullptr));
     }
+    DSRT_RETURN_IF_ERROR(device_->synchronize(nullptr));
   }
   if (part_.flat()) {
     // Every rank holds the whole working copy; fill it locally instead of gathering.
     for (size_t t = 0; t < tensors_.size(); ++t)
       if (!tensors_[t].init.empty())
-        cpu_convert(tensors_[t].init.data(), DSRT_F32,
-                    static_cast<char *>(working_.data()) +
-                        part_.flat_layout().tensor_offset(t) * static_cast<int64_t>(dtype_size(working_dtype())),
-                    working_dtype(), static_cast<size_t>(tensors_[t].numel));
+        DSRT_RETURN_IF_ERROR(write_working_from_host(tensors_[t].init.data(), static_cast<size_t>(tensors_[t].numel),
+                                                     part_.flat_layout().tensor_offset(t)));
   } else {
     // The masters are a copy of the initial values (or zeros), so convert from those directly.
     for (const OwnedSegment &seg : part_.owned_segments(rank())) {
       const TensorInfo &info = tensors_[seg.tensor];
       if (!info.init.empty())
-        cpu_convert(info.init.data() + seg.tensor_begin, DSRT_F32,
-                    static_cast<char *>(working_.data()) + seg.part_offset * static_cast<int64_t>(dtype_size(working_dtype())),
-                    working_dtype(), static_cast<size_t>(seg.count));
+        DSRT_RETURN_IF_ERROR(write_working_from_host(info.init.data() + seg.tensor_begin,
+                                                     static_cast<size_t>(seg.count), seg.part_offset));
     }
   }
   for (TensorInfo &t : tensors_) std::vector<float>().swap(t.init);
@@ -288,7 +327,7 @@ Status Engine::build_impl() {
   ro.prescale_gradients = config_.prescale_gradients;
   ro.predivide_factor = config_.gradient_predivide_factor;
   ro.accumulation_steps = config_.gradient_accumulation_steps;
-  DSRT_RETURN_IF_ERROR(reducer_.init(&part_, comm_.get(), device_.get(), ro));
+  DSRT_RETURN_IF_ERROR(reducer_.init(&part_, comm_.get(), device_.get(), backend_.get(), ro));
 
   if (!part_.flat()) {
     CoordinatorOptions co;
@@ -301,7 +340,7 @@ Status Engine::build_impl() {
     for (const TensorInfo &t : tensors_) names.push_back(t.name);
     coordinator_ = std::make_unique<ParamCoordinator>();
     DSRT_RETURN_IF_ERROR(coordinator_->init(&part_, comm_.get(), device_.get(), co, working_.data(), std::move(names)));
-    if (config_.zero.offload_param.device == OffloadDevice::Nvme) DSRT_RETURN_IF_ERROR(param_nvme_build());
+    if (config_.zero.offload_param.device != OffloadDevice::None) DSRT_RETURN_IF_ERROR(param_offload_build());
   }
   built_ = true;
   timers_.reset();
@@ -326,6 +365,7 @@ Status Engine::acquire_impl(size_t t, void **data, dsrt_dtype *dtype) {
     ptr = static_cast<char *>(working_.data()) +
           part_.flat_layout().tensor_offset(t) * static_cast<int64_t>(dtype_size(working_dtype()));
   }
+  DSRT_RETURN_IF_ERROR(order_host_after_engine());
   ++tensors_[t].acquired;
   if (data != nullptr) *data = ptr;
   if (dtype != nullptr) *dtype = working_dtype();
@@ -352,6 +392,8 @@ Status Engine::grad(size_t t, void **grad, dsrt_dtype *dtype) {
                  tensor_name(t).c_str());
   void *ptr = nullptr;
   DSRT_RETURN_IF_ERROR(reducer_.grad(t, &ptr).with_context(Format("grad('%s')", tensor_name(t).c_str())));
+  // The buffer was zeroed on the engine's stream; the host writes it on its own.
+  DSRT_RETURN_IF_ERROR(order_host_after_engine());
   if (grad != nullptr) *grad = ptr;
   if (dtype != nullptr) *dtype = working_dtype();
   return Status::Ok();
@@ -364,6 +406,8 @@ Status Engine::grad_ready(size_t t) {
     return Error(DSRT_ERR_STATE,
                  "grad_ready('%s'): already signalled in this micro-step; signal each tensor once per micro-step",
                  tensor_name(t).c_str());
+  // The reducer reads what the host's kernels wrote into the buffer.
+  DSRT_RETURN_IF_ERROR(order_after_host());
   return reducer_.ready(t).with_context(Format("grad_ready('%s')", tensor_name(t).c_str()));
 }
 
@@ -407,33 +451,34 @@ Status Engine::require_no_pending(const char *what) const {
   return Status::Ok();
 }
 
+Status Engine::check_partition_range(const char *what, int state, size_t offset, size_t count,
+                                     const float *data) const {
+  if (state < -1 || state >= num_states_ || offset + count > static_cast<size_t>(part_.partition_elems()) ||
+      (count > 0 && data == nullptr))
+    return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: state %d (use -1..%d), range [%zu, %zu) of a %lld-element partition",
+                 what, state, num_states_ - 1, offset, offset + count, static_cast<long long>(part_.partition_elems()));
+  return Status::Ok();
+}
+
 Status Engine::read_partition_state(int state, size_t offset, size_t count, float *out) {
   DSRT_RETURN_IF_ERROR(require_built("read_partition_state"));
-  if (state < -1 || state >= num_states_ || offset + count > static_cast<size_t>(part_.partition_elems()) ||
-      (count > 0 && out == nullptr))
-    return Error(DSRT_ERR_INVALID_ARGUMENT,
-                 "read_partition_state: state %d (use -1..%d), range [%zu, %zu) of a %lld-element partition", state,
-                 num_states_ - 1, offset, offset + count, static_cast<long long>(part_.partition_elems()));
+  DSRT_RETURN_IF_ERROR(check_partition_range("read_partition_state", state, offset, count, out));
   if (count == 0) return Status::Ok();
   if (nvme_) return nvme_range(state, offset, count, out, false);
   const float *base = state < 0 ? master_.as<float>() : states_[state].as<float>();
-  std::memcpy(out, base + offset, count * sizeof(float));
-  return Status::Ok();
+  DSRT_RETURN_IF_ERROR(device_->copy(out, base + offset, count * sizeof(float), nullptr));
+  return device_->synchronize(nullptr);
 }
 
 Status Engine::write_partition_state(int state, size_t offset, size_t count, const float *src) {
   DSRT_RETURN_IF_ERROR(require_built("write_partition_state"));
   DSRT_RETURN_IF_ERROR(require_no_pending("write_partition_state"));
-  if (state < -1 || state >= num_states_ || offset + count > static_cast<size_t>(part_.partition_elems()) ||
-      (count > 0 && src == nullptr))
-    return Error(DSRT_ERR_INVALID_ARGUMENT,
-                 "write_partition_state: state %d (use -1..%d), range [%zu, %zu) of a %lld-element partition", state,
-                 num_states_ - 1, offset, offset + count, static_cast<long long>(part_.partition_elems()));
+  DSRT_RETURN_IF_ERROR(check_partition_range("write_partition_state", state, offset, count, src));
   if (count == 0) return Status::Ok();
   if (nvme_) return nvme_range(state, offset, count, const_cast<float *>(src), true);
   float *base = state < 0 ? master_.as<float>() : states_[state].as<float>();
-  std::memcpy(base + offset, src, count * sizeof(float));
-  return Status::Ok();
+  DSRT_RETURN_IF_ERROR(device_->copy(base + offset, src, count * sizeof(float), nullptr));
+  return device_->synchronize(nullptr);
 }
 
 Status Engine::write_fp32(size_t t, const float *src, uint64_t count) {
@@ -452,19 +497,17 @@ Status Engine::write_fp32(size_t t, const float *src, uint64_t count) {
     DSRT_RETURN_IF_ERROR(write_partition_state(-1, static_cast<size_t>(mine.part_offset),
                                                static_cast<size_t>(mine.count), src + mine.tensor_begin)
                              .with_context(Format("write_fp32('%s')", info.name.c_str())));
-  const size_t wsize = dtype_size(working_dtype());
-  char *working = static_cast<char *>(working_.data());
   if (part_.flat()) {
-    cpu_convert(src, DSRT_F32, working + part_.flat_layout().tensor_offset(t) * static_cast<int64_t>(wsize),
-                working_dtype(), static_cast<size_t>(info.numel));
+    DSRT_RETURN_IF_ERROR(write_working_from_host(src, static_cast<size_t>(info.numel), part_.flat_layout().tensor_offset(t))
+                             .with_context(Format("write_fp32('%s')", info.name.c_str())));
   } else {
     if (working_.empty()) {
       DSRT_RETURN_IF_ERROR(param_nvme_write_shard(t, src).with_context(Format("write_fp32('%s')", info.name.c_str())));
     } else if (mine.count > 0) {
-      cpu_convert(src + mine.tensor_begin, DSRT_F32, working + mine.part_offset * static_cast<int64_t>(wsize),
-                  working_dtype(), static_cast<size_t>(mine.count));
+      DSRT_RETURN_IF_ERROR(write_working_from_host(src + mine.tensor_begin, static_cast<size_t>(mine.count), mine.part_offset)
+                               .with_context(Format("write_fp32('%s')", info.name.c_str())));
     }
-    coordinator_->overwrite(t, src);
+    DSRT_RETURN_IF_ERROR(coordinator_->overwrite(t, src).with_context(Format("write_fp32('%s')", info.name.c_str())));
   }
   return Status::Ok();
 }
@@ -479,23 +522,36 @@ Status Engine::refresh_working_copies_impl() {
   DSRT_RETURN_IF_ERROR(param_nvme_open());
   const size_t wsize = dtype_size(working_dtype());
   char *working = static_cast<char *>(working_.data());
-  const int64_t base = part_.stage() == 0 || !part_.flat() ? 0 : part_.flat_layout().partition(rank()).begin;
+  const int64_t base = working_partition_base();
+  if (host_optimizer()) {
+    // Host masters: convert into the host staging and copy it up, as the step does.
+    for (const OwnedSegment &seg : part_.owned_segments(rank()))
+      DSRT_RETURN_IF_ERROR(host_backend_->convert(master_.as<float>() + seg.part_offset, DSRT_F32,
+                                                  host_working_.as<char>() + seg.part_offset * static_cast<int64_t>(wsize),
+                                                  working_dtype(), static_cast<size_t>(seg.count)));
+    DSRT_RETURN_IF_ERROR(upload_working_partition());
+  }
   std::vector<float> staged;  // NVMe: one segment at a time
   for (const OwnedSegment &seg : part_.owned_segments(rank())) {
-    const int64_t at = part_.flat() ? base + seg.part_offset : seg.part_offset;
-    const float *master = nullptr;
+    if (host_optimizer()) break;
+    const int64_t at = base + seg.part_offset;
     if (nvme_) {
       staged.resize(static_cast<size_t>(seg.count));
       DSRT_RETURN_IF_ERROR(read_partition_state(-1, static_cast<size_t>(seg.part_offset), staged.size(), staged.data()));
-      master = staged.data();
-    } else {
-      master = master_.as<float>() + seg.part_offset;
+      DSRT_RETURN_IF_ERROR(write_working_from_host(staged.data(), staged.size(), at));
+      continue;
     }
-    cpu_convert(master, DSRT_F32, working + at * static_cast<int64_t>(wsize), working_dtype(),
-                static_cast<size_t>(seg.count));
+    DSRT_RETURN_IF_ERROR(backend_->convert(master_.as<float>() + seg.part_offset, DSRT_F32,
+                                           working + at * static_cast<int64_t>(wsize), working_dtype(),
+                                           static_cast<size_t>(seg.count)));
   }
-  if (part_.flat()) return gather_working_partitions();
+  DSRT_RETURN_IF_ERROR(backend_->synchronize());
+  if (part_.flat()) {
+    DSRT_RETURN_IF_ERROR(gather_working_partitions());
+    return order_host_after_engine();
+  }
   DSRT_RETURN_IF_ERROR(coordinator_->refresh());
+  DSRT_RETURN_IF_ERROR(order_host_after_engine());
   return param_nvme_close();
 }
 
@@ -512,17 +568,16 @@ Status Engine::memory(dsrt_memory_stats *out) const {
   dsrt_memory_stats stats;
   std::memset(&stats, 0, sizeof stats);
   stats.struct_size = sizeof stats;
-  // On a CPU engine the "device" is host memory; offloaded states are reported under host.
+  // Memory from device_->allocate is "device" memory (host memory on a CPU engine); memory from
+  // allocate_pinned (offload_optimizer cpu) is host memory.
   const int dev = DSRT_LOC_DEVICE;
-  const int opt_loc = config_.zero.offload_optimizer.device == OffloadDevice::Cpu ? DSRT_LOC_HOST : dev;
-  const int param_loc = config_.zero.offload_param.device == OffloadDevice::Cpu ? DSRT_LOC_HOST : dev;
   if (built_) {
-    stats.working_params[param_loc] += working_.bytes();
+    // offload_param: working_ exists only during a step; the shards are in host memory or on NVMe.
+    stats.working_params[dev] += working_.bytes();
     if (coordinator_) stats.working_params[dev] += coordinator_->gathered_bytes();
-    if (param_nvme_) {
-      stats.working_params[DSRT_LOC_NVME] += param_nvme_shard_bytes();
-      stats.buffers[DSRT_LOC_HOST] += param_nvme_->host_bytes();
-    }
+    stats.working_params[DSRT_LOC_HOST] += param_nvme_resident_bytes();
+    stats.working_params[DSRT_LOC_NVME] += param_nvme_shard_bytes();
+    if (param_nvme_) stats.buffers[DSRT_LOC_HOST] += param_nvme_->host_bytes();
     if (nvme_) {
       // Gradients stay in host memory; masters and states live in the swap files.
       const uint64_t state_bytes = static_cast<uint64_t>(part_.partition_elems()) * sizeof(float);
@@ -531,11 +586,17 @@ Status Engine::memory(dsrt_memory_stats *out) const {
       stats.optimizer_states[DSRT_LOC_NVME] += state_bytes * static_cast<uint64_t>(num_states_);
       stats.buffers[DSRT_LOC_HOST] += nvme_->host_bytes();
     } else {
-      stats.gradients[opt_loc] += reducer_.accumulator_bytes();
+      // Offloaded: the reduced partition stays on the device (the reducer's accumulator) and its
+      // fp32 copy for the optimizer is in host memory.
+      const int opt_loc = host_optimizer() ? DSRT_LOC_HOST : dev;
+      stats.gradients[dev] += reducer_.accumulator_bytes();
+      stats.gradients[DSRT_LOC_HOST] += host_grads_.bytes();
       stats.master_params[opt_loc] += master_.bytes();
       for (int i = 0; i < num_states_; ++i) stats.optimizer_states[opt_loc] += states_[i].bytes();
     }
-    stats.buffers[dev] += reducer_.buffer_bytes() + lamb_update_.bytes() + gather_staging_.bytes();
+    stats.buffers[host_optimizer() ? DSRT_LOC_HOST : dev] += lamb_update_.bytes();
+    stats.buffers[DSRT_LOC_HOST] += host_working_.bytes();
+    stats.buffers[dev] += reducer_.buffer_bytes() + gather_staging_.bytes();
     if (coordinator_) stats.buffers[dev] += coordinator_->cached_bytes();
   }
   const uint64_t size = out->struct_size;

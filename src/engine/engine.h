@@ -7,12 +7,14 @@
 //   master_partition()        this rank's fp32 master weights, partitioning().partition_elems() long
 //   optimizer_state(i)        state array i < num_optimizer_states() (Adam: 0 = m, 1 = v), same layout
 //                             Both are nullptr when the optimizer is offloaded to NVMe
-//                             (nvme_offload()): the states are not resident; use
+//                             (nvme_offload()) or the states are in GPU memory; use
 //   read_partition_state() / write_partition_state()  (state -1 = master, i = optimizer_state(i)):
 //                             copy a range of this rank's partition out of / into the states,
 //                             wherever they live (memory or NVMe swap files)
-//   param_nvme_offload()      offload_param.device "nvme": working_copy() is nullptr between steps
-//                             (the shards are in param_nvme_swapper()'s store, one array per tensor)
+//   param_offload()           offload_param.device "cpu" or "nvme" (stage 3): working_copy() is
+//                             nullptr between steps; the shards are in pinned host memory or (nvme)
+//                             in param_nvme_swapper()'s store, one array per tensor; read one with
+//                             read_working_shard()
 //   working_copy()            the resident working copy (working_dtype()): the whole flat buffer at
 //                             stages 0-2 (tensor t at flat_layout().tensor_offset(t)), this rank's
 //                             shards at stage 3 (tensor t's shard at shard_offset(t))
@@ -42,6 +44,7 @@
 #include "engine/step_timers.h"
 #include "offload/nvme_swapper.h"
 #include "optim/cpu_optimizer.h"
+#include "optim/optimizer_backend.h"
 #include "util/status.h"
 #include "zero/grad_reducer.h"
 #include "zero/param_coordinator.h"
@@ -86,6 +89,9 @@ class Engine {
   Status read_fp32(size_t t, float *out, uint64_t count);
   Status write_fp32(size_t t, const float *src, uint64_t count);
   Status memory(dsrt_memory_stats *out) const;
+  // The host's compute stream (a cudaStream_t; ignored on the CPU device): the engine's device work
+  // waits for the host's work enqueued on it, and the host's later work waits for the engine's.
+  Status set_stream(void *stream);
 
   bool built() const { return built_; }
   double loss_scale() const { return scaler_.scale(); }
@@ -106,16 +112,17 @@ class Engine {
   int rank() const { return comm_->rank(); }
   int world_size() const { return comm_->size(); }
   const Partitioning &partitioning() const { return part_; }
-  float *master_partition() const { return nvme_ ? nullptr : master_.as<float>(); }
+  float *master_partition() const { return states_resident_on_host() ? master_.as<float>() : nullptr; }
   int num_optimizer_states() const { return num_states_; }
-  float *optimizer_state(int i) const { return nvme_ ? nullptr : states_[i].as<float>(); }
+  float *optimizer_state(int i) const { return states_resident_on_host() ? states_[i].as<float>() : nullptr; }
   Status read_partition_state(int state, size_t offset, size_t count, float *out);
   Status write_partition_state(int state, size_t offset, size_t count, const float *src);
   bool nvme_offload() const { return nvme_ != nullptr; }
   NvmeSwapper *nvme_swapper() const { return nvme_.get(); }  // tests: fault injection, statistics
   const SubGroupPipelineStats &last_nvme_step() const { return nvme_stats_; }
-  void *working_copy() const { return working_.data(); }  // nullptr between steps with offload_param "nvme"
-  bool param_nvme_offload() const { return param_nvme_ != nullptr; }
+  void *working_copy() const { return working_.data(); }  // nullptr between steps with offload_param
+  bool param_offload() const { return param_source_ != nullptr; }     // offload_param "cpu" or "nvme"
+  bool param_nvme_offload() const { return param_nvme_ != nullptr; }  // offload_param "nvme"
   NvmeSwapper *param_nvme_swapper() const { return param_nvme_.get(); }
   const GradReducer &grad_reducer() const { return reducer_; }
   const ParamCoordinator *param_coordinator() const { return coordinator_.get(); }  // stage 3 only
@@ -156,7 +163,43 @@ class Engine {
   void report_progress(const dsrt_step_result &result);
   Status complete_boundary(bool applied, dsrt_step_result &result, dsrt_step_result *out, double step_start);
   Status require_no_pending(const char *what) const;
+  // INVALID_ARGUMENT unless state is -1..num_states_-1 and [offset, offset+count) lies in the partition.
+  Status check_partition_range(const char *what, int state, size_t offset, size_t count, const float *data) const;
   OptimizerHyper make_hyper(double lr) const;
+
+  // ZeRO-Offload (offload_optimizer.device "cpu"): the fp32 masters and optimizer states are in
+  // pinned host memory; at each boundary the reduced gradient partition is copied into
+  // host_grads_, the norm, overflow check and optimizer run on the host, and the new working
+  // values are written into host_working_ (partition coordinates) and copied into working_.
+  bool host_optimizer() const { return config_.zero.offload_optimizer.device == OffloadDevice::Cpu; }
+  // Whether the step reads a host copy of the gradient partition and writes a host staging of the
+  // working partition: offload "cpu" everywhere, offload "nvme" on a device other than the CPU.
+  bool stages_through_host() const {
+    return host_optimizer() ||
+           (config_.zero.offload_optimizer.device == OffloadDevice::Nvme && device_->type() != DSRT_DEVICE_CPU);
+  }
+  // Masters and states resident in host-addressable memory (master_partition() is non-null).
+  bool states_resident_on_host() const {
+    return !nvme_ && (host_optimizer() || device_->type() == DSRT_DEVICE_CPU);
+  }
+  // Ordering against the host's stream (set_stream): the engine's default stream waits for the
+  // host's work so far; the host's stream waits for the engine's work so far. No-ops without a stream.
+  Status order_after_host();
+  Status order_host_after_engine();
+  DeviceStream host_stream_ = nullptr;
+  DeviceEvent order_event_ = nullptr;
+  // The fp32 gradient partition the norm and the optimizer read (host_grads_ when offloaded).
+  const float *step_grads() const;
+  Status stage_host_grads();
+  // Copies [part_offset, +count) runs of host_working_ (every owned segment, adjacent ones merged)
+  // into the working copy of this rank's partition.
+  Status upload_working_partition();
+  // working_[elem_offset, +n) = cast(src[0, n)) from host fp32 values, through a host buffer.
+  Status write_working_from_host(const float *src, size_t n, int64_t elem_offset);
+  // Element offset in working_ of partition offset 0 (stages 1-2: this rank's flat partition).
+  int64_t working_partition_base() const;
+  DeviceBuffer host_grads_;    // offload "cpu": pinned fp32 gradient partition
+  DeviceBuffer host_working_;  // offload "cpu": pinned working-dtype staging of the partition
 
   // NVMe optimizer offload (engine_nvme.cpp). The partition is cut into sub-groups of
   // zero_optimization.sub_group_size elements; sub-group g holds arrays "g<g>.master", "g<g>.s0"...
@@ -181,20 +224,38 @@ class Engine {
   };
   std::unique_ptr<PendingStep> pending_;
 
-  // NVMe parameter offload (engine_param_nvme.cpp, offload_param.device "nvme" at stage 3): the
-  // shard of every non-persistent tensor lives in the array "p<t>" of its own SwapStore; working_
-  // is allocated only while a step or refresh rewrites the shards (param_nvme_open .. _close).
-  Status param_nvme_build();
+  // Parameter offload (engine_param_nvme.cpp, offload_param at stage 3). The shard of every
+  // non-persistent tensor lives in pinned host memory ("cpu"; and under "nvme" the first ones, in
+  // registration order, whose shards fit in offload_param.max_in_cpu elements) or in the array
+  // "p<t>" of its own SwapStore ("nvme"). working_ (device memory) is allocated only while a step or
+  // refresh rewrites the shards (param_nvme_open .. _close, for both devices of offload_param; a
+  // failed write-back keeps it, and the next close writes it). The coordinator takes the shards
+  // through param_source_ (and reads ahead from NVMe in the background).
+ public:
+  // This rank's working shard of t (shard_size elements, working dtype) into dst (host memory),
+  // wherever it is (resident, kept in host memory, or on NVMe). Stage 3 only; for save_16bit_model.
+  Status read_working_shard(size_t t, void *dst);
+  uint64_t param_nvme_shard_bytes() const;     // shards on NVMe
+  uint64_t param_nvme_resident_bytes() const;  // shards in host memory ("cpu": all; "nvme": max_in_cpu)
+
+ private:
+  Status param_offload_build();
   Status param_nvme_open();
   Status param_nvme_close();
+  Status release_working_shards();
   Status param_nvme_write_shard(size_t t, const float *full);
-  uint64_t param_nvme_shard_bytes() const;
   std::string param_array(size_t t) const { return "p" + std::to_string(t); }
-  std::unique_ptr<NvmeSwapper> param_nvme_;
+  std::unique_ptr<NvmeSwapper> param_nvme_;  // "nvme" only
+  std::unique_ptr<ShardSource> param_source_;  // declared before coordinator_: outlives it
 
   TrainConfig config_;
   std::shared_ptr<Comm> comm_;
-  std::unique_ptr<Device> device_;
+  std::shared_ptr<Device> device_;  // shared with a host-staged communicator
+  // The arithmetic on device_'s memory (gradients, non-offloaded masters and states, working
+  // copies), and on host memory (offloaded masters and states). Declared after device_: the
+  // device backend's scratch buffers are released before the device.
+  std::unique_ptr<OptimizerBackend> backend_;
+  std::unique_ptr<OptimizerBackend> host_backend_;
   std::vector<TensorInfo> tensors_;
   std::deque<dsrt_tensor> handles_;  // stable addresses
   bool built_ = false;
@@ -218,6 +279,7 @@ class Engine {
   double build_time_ = 0;           // progress lines: samples/s since the last line
   double progress_last_time_ = 0;
   int64_t progress_last_step_ = 0;
+  SwapInStats progress_swap_last_;  // the coordinator's parameter swap-in totals at the last line
 };
 
 }  // namespace dsrt

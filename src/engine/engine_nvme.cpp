@@ -98,9 +98,12 @@ Status Engine::nvme_optimizer_update(double lr, float grad_scale, size_t first_g
   const std::vector<OwnedSegment> segments = part_.owned_segments(rank());
   const dsrt_dtype wdt = working_dtype();
   const int64_t wsize = static_cast<int64_t>(dtype_size(wdt));
-  const int64_t working_base = part_.flat() ? part_.flat_layout().partition(rank()).begin : 0;
-  const float *grads = reducer_.grad_partition();
-  char *working = static_cast<char *>(working_.data());
+  // On a GPU the sub-groups read the host copy of the gradients and write the host staging of the
+  // working partition (copied to the device after the pass); on the CPU both are used in place.
+  const bool staged = stages_through_host();
+  const int64_t working_base = staged ? 0 : working_partition_base();
+  const float *grads = step_grads();
+  char *working = staged ? host_working_.as<char>() : static_cast<char *>(working_.data());
   const int64_t part = part_.partition_elems();
   first_group = std::min(first_group, nvme_groups_.size());
   const std::vector<SubGroup> todo(nvme_groups_.begin() + static_cast<std::ptrdiff_t>(first_group), nvme_groups_.end());
@@ -133,7 +136,8 @@ Status Engine::nvme_optimizer_update(double lr, float grad_scale, size_t first_g
   Status local = nvme_->pipeline().run(todo, step, &stats);
   nvme_stats_ = stats;
   if (pending_) pending_->next_group = local.ok() ? nvme_groups_.size() : first_group + stats.committed;
-  return nvme_agree(local);
+  DSRT_RETURN_IF_ERROR(nvme_agree(local));
+  return staged ? upload_working_partition() : Status::Ok();
 }
 
 // Every rank learns whether any rank's pass failed, so that all of them report the step failed

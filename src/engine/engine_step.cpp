@@ -39,10 +39,76 @@ Status Engine::gather_working_partitions() {
                                                 static_cast<size_t>(c), wdt)
                              .with_context("all-gathering updated working copies"));
     for (int r = 0; r < world; ++r)
-      std::memcpy(working + (r * p + off) * static_cast<int64_t>(wsize), staging + r * c * static_cast<int64_t>(wsize),
-                  static_cast<size_t>(c) * wsize);
+      DSRT_RETURN_IF_ERROR(device_->copy(working + (r * p + off) * static_cast<int64_t>(wsize),
+                                         staging + r * c * static_cast<int64_t>(wsize), static_cast<size_t>(c) * wsize,
+                                         nullptr));
   }
+  return device_->synchronize(nullptr);
+}
+
+Status Engine::set_stream(void *stream) {
+  if (built_) return Error(DSRT_ERR_STATE, "set_stream: call it before dsrt_engine_build");
+  host_stream_ = stream;
   return Status::Ok();
+}
+
+Status Engine::order_after_host() {
+  if (host_stream_ == nullptr || device_->type() == DSRT_DEVICE_CPU) return Status::Ok();
+  DSRT_RETURN_IF_ERROR(device_->record_event(order_event_, host_stream_));
+  return device_->stream_wait_event(nullptr, order_event_).with_context("ordering after the host's stream");
+}
+
+Status Engine::order_host_after_engine() {
+  if (host_stream_ == nullptr || device_->type() == DSRT_DEVICE_CPU) return Status::Ok();
+  DSRT_RETURN_IF_ERROR(device_->record_event(order_event_, nullptr));
+  return device_->stream_wait_event(host_stream_, order_event_).with_context("ordering the host's stream after dsrt");
+}
+
+int64_t Engine::working_partition_base() const {
+  return part_.flat() && part_.stage() > 0 ? part_.flat_layout().partition(rank()).begin : 0;
+}
+
+const float *Engine::step_grads() const {
+  return stages_through_host() ? host_grads_.as<float>() : reducer_.grad_partition();
+}
+
+Status Engine::stage_host_grads() {
+  if (!stages_through_host()) return Status::Ok();
+  const size_t bytes = static_cast<size_t>(part_.partition_elems()) * sizeof(float);
+  DSRT_RETURN_IF_ERROR(device_->copy(host_grads_.data(), reducer_.grad_partition(), bytes, nullptr)
+                           .with_context("step: copying the gradient partition to host memory (offload_optimizer cpu)"));
+  return device_->synchronize(nullptr);
+}
+
+Status Engine::upload_working_partition() {
+  const std::vector<OwnedSegment> segments = part_.owned_segments(rank());
+  const int64_t wsize = static_cast<int64_t>(dtype_size(working_dtype()));
+  char *working = static_cast<char *>(working_.data()) + working_partition_base() * wsize;
+  const char *staged = host_working_.as<char>();
+  for (size_t i = 0; i < segments.size();) {
+    // One copy per run of adjacent segments: padding between runs is never written.
+    const int64_t begin = segments[i].part_offset;
+    int64_t end = begin + segments[i].count;
+    for (++i; i < segments.size() && segments[i].part_offset == end; ++i) end += segments[i].count;
+    DSRT_RETURN_IF_ERROR(device_->copy(working + begin * wsize, staged + begin * wsize,
+                                       static_cast<size_t>((end - begin) * wsize), nullptr)
+                             .with_context("copying the updated working partition to the device"));
+  }
+  return device_->synchronize(nullptr);
+}
+
+Status Engine::write_working_from_host(const float *src, size_t n, int64_t elem_offset) {
+  if (n == 0) return Status::Ok();
+  const dsrt_dtype wdt = working_dtype();
+  char *dst = static_cast<char *>(working_.data()) + elem_offset * static_cast<int64_t>(dtype_size(wdt));
+  if (device_->type() == DSRT_DEVICE_CPU) {
+    cpu_convert(src, DSRT_F32, dst, wdt, n);
+    return Status::Ok();
+  }
+  std::vector<char> staged(n * dtype_size(wdt));
+  cpu_convert(src, DSRT_F32, staged.data(), wdt, n);
+  DSRT_RETURN_IF_ERROR(device_->copy(dst, staged.data(), staged.size(), nullptr));
+  return device_->synchronize(nullptr);
 }
 
 OptimizerHyper Engine::make_hyper(double lr) const {
@@ -65,10 +131,13 @@ Status Engine::optimizer_update(double lr, float grad_scale) {
   const std::vector<OwnedSegment> segments = part_.owned_segments(rank());
   const dsrt_dtype wdt = working_dtype();
   const int64_t wsize = static_cast<int64_t>(dtype_size(wdt));
-  const int64_t working_base = part_.flat() && part_.stage() > 0 ? part_.flat_layout().partition(rank()).begin : 0;
+  // Offloaded, the update runs on host memory and writes the working values into the host
+  // staging (partition coordinates), copied to the device afterwards.
+  const bool on_host = host_optimizer();
+  const int64_t working_base = on_host ? 0 : working_partition_base();
   float *master = master_.as<float>();
-  const float *grads = reducer_.grad_partition();
-  char *working = static_cast<char *>(working_.data());
+  const float *grads = step_grads();
+  char *working = on_host ? host_working_.as<char>() : static_cast<char *>(working_.data());
   auto slice_of = [&](const OwnedSegment &seg) {
     OptimizerSlice s;
     s.master = master + seg.part_offset;
@@ -82,30 +151,52 @@ Status Engine::optimizer_update(double lr, float grad_scale) {
     return s;
   };
 
+  // Every owned segment in one multi-tensor pass, on the backend that matches where the buffers are.
+  OptimizerBackend &backend = on_host ? *host_backend_ : *backend_;
+  std::vector<OptimizerSlice> slices;
+  slices.reserve(segments.size());
+  for (const OwnedSegment &seg : segments) slices.push_back(slice_of(seg));
   if (config_.optimizer.type != OptimizerType::Lamb) {
-    for (const OwnedSegment &seg : segments)
-      DSRT_RETURN_IF_ERROR(cpu_optimizer_step(hyper, slice_of(seg), grad_scale)
-                               .with_context(Format("optimizer step on '%s'", tensor_name(seg.tensor).c_str())));
-    return Status::Ok();
+    DSRT_RETURN_IF_ERROR(backend.step_many(hyper, slices.data(), slices.size(), grad_scale)
+                             .with_context(Format("optimizer step over this rank's %zu tensor pieces", slices.size())));
+    DSRT_RETURN_IF_ERROR(backend.synchronize());
+    return on_host ? upload_working_partition() : Status::Ok();
   }
 
-  // Lamb: the trust ratio needs whole-tensor norms, summed over the ranks' pieces.
+  // Lamb: the trust ratio needs whole-tensor norms, summed over the ranks' pieces (each tensor has
+  // at most one piece per rank, so slice i is tensor segments[i].tensor).
   const size_t part_bytes = static_cast<size_t>(part_.partition_elems()) * sizeof(float);
   if (lamb_update_.bytes() < part_bytes)
-    DSRT_RETURN_IF_ERROR(device_->allocate(part_bytes, &lamb_update_).with_context("allocating Lamb's update buffer"));
+    DSRT_RETURN_IF_ERROR((on_host ? device_->allocate_pinned(part_bytes, &lamb_update_)
+                                  : device_->allocate(part_bytes, &lamb_update_))
+                             .with_context("allocating Lamb's update buffer"));
   float *update = lamb_update_.as<float>();
   const size_t n = tensors_.size();
+  std::vector<float *> updates;
+  for (const OwnedSegment &seg : segments) updates.push_back(update + seg.part_offset);
+  std::vector<double> param_sq(slices.size(), 0.0), update_sq(slices.size(), 0.0);
+  DSRT_RETURN_IF_ERROR(backend.lamb_phase1_many(hyper, slices.data(), slices.size(), grad_scale, updates.data(),
+                                                param_sq.data(), update_sq.data())
+                           .with_context("Lamb phase 1"));
   std::vector<double> sums(2 * n, 0.0);
-  for (const OwnedSegment &seg : segments)
-    DSRT_RETURN_IF_ERROR(cpu_lamb_phase1(hyper, slice_of(seg), grad_scale, update + seg.part_offset,
-                                         &sums[seg.tensor], &sums[n + seg.tensor]));
+  for (size_t i = 0; i < segments.size(); ++i) {
+    sums[segments[i].tensor] += param_sq[i];
+    sums[n + segments[i].tensor] += update_sq[i];
+  }
   if (part_.stage() > 0 && comm_->size() > 1)
     DSRT_RETURN_IF_ERROR(comm_->all_reduce_f64(sums.data(), sums.size(), ReduceOp::Sum)
                              .with_context("all-reducing Lamb's per-tensor norms"));
-  for (const OwnedSegment &seg : segments)
-    DSRT_RETURN_IF_ERROR(cpu_lamb_phase2(hyper, slice_of(seg), update + seg.part_offset, std::sqrt(sums[seg.tensor]),
-                                         std::sqrt(sums[n + seg.tensor])));
-  return Status::Ok();
+  std::vector<double> param_norms, update_norms;
+  for (const OwnedSegment &seg : segments) {
+    param_norms.push_back(std::sqrt(sums[seg.tensor]));
+    update_norms.push_back(std::sqrt(sums[n + seg.tensor]));
+  }
+  std::vector<const float *> const_updates(updates.begin(), updates.end());
+  DSRT_RETURN_IF_ERROR(backend.lamb_phase2_many(hyper, slices.data(), slices.size(), const_updates.data(),
+                                                param_norms.data(), update_norms.data())
+                           .with_context("Lamb phase 2"));
+  DSRT_RETURN_IF_ERROR(backend.synchronize());
+  return on_host ? upload_working_partition() : Status::Ok();
 }
 
 Status Engine::step(dsrt_step_result *out) {
@@ -126,6 +217,8 @@ Status Engine::step_impl(dsrt_step_result *out) {
   std::memset(&result, 0, sizeof result);
   result.struct_size = sizeof result;
 
+  // Unready buffers are zeroed and every bucket reduced: after the host's work on its stream.
+  DSRT_RETURN_IF_ERROR(order_after_host());
   if (coordinator_) DSRT_RETURN_IF_ERROR(coordinator_->end_micro_step());
   {
     const double start = StepTimers::now();
@@ -149,6 +242,7 @@ Status Engine::step_impl(dsrt_step_result *out) {
   {
     const double start = StepTimers::now();
     DSRT_RETURN_IF_ERROR(reducer_.reduce_accumulator().with_context("step: reducing accumulated gradients"));
+    DSRT_RETURN_IF_ERROR(stage_host_grads());
     timers_.add(StepPhase::Reduce, StepTimers::now() - start);
   }
 
@@ -159,8 +253,10 @@ Status Engine::step_impl(dsrt_step_result *out) {
   bool nonfinite = false;
   {
     ScopedPhase phase(timers_, StepPhase::Norm);
-    norm_sq = cpu_sum_squares(reducer_.grad_partition(), DSRT_F32, static_cast<size_t>(part_.partition_elems()),
-                              static_cast<float>(unscale), &nonfinite);
+    OptimizerBackend &backend = host_optimizer() || nvme_ ? *host_backend_ : *backend_;
+    DSRT_RETURN_IF_ERROR(backend.sum_squares(step_grads(), DSRT_F32, static_cast<size_t>(part_.partition_elems()),
+                                             static_cast<float>(unscale), &norm_sq, &nonfinite)
+                             .with_context("step: the gradient norm"));
     if (part_.stage() > 0 && comm_->size() > 1) {
       double values[2] = {nonfinite || !std::isfinite(norm_sq) ? 0.0 : norm_sq, nonfinite ? 1.0 : 0.0};
       DSRT_RETURN_IF_ERROR(comm_->all_reduce_f64(values, 2, ReduceOp::Sum)
@@ -221,7 +317,6 @@ Status Engine::complete_boundary(bool applied, dsrt_step_result &result, dsrt_st
       ScopedPhase phase(timers_, StepPhase::AllGather);
       if (coordinator_) {
         DSRT_RETURN_IF_ERROR(coordinator_->refresh().with_context("step: re-gathering parameters"));
-        DSRT_RETURN_IF_ERROR(param_nvme_close().with_context("step: writing the updated shards to NVMe"));
       } else
         DSRT_RETURN_IF_ERROR(gather_working_partitions());
     }
@@ -230,6 +325,7 @@ Status Engine::complete_boundary(bool applied, dsrt_step_result &result, dsrt_st
     scaler_.update(false);
   }
   reducer_.zero_accumulator();
+  DSRT_RETURN_IF_ERROR(order_host_after_engine());
   counters_.global_step += 1;
   result.global_step = counters_.global_step;
   result.loss_scale = scaler_.scale();
@@ -238,7 +334,7 @@ Status Engine::complete_boundary(bool applied, dsrt_step_result &result, dsrt_st
   if (out != nullptr)
     std::memcpy(reinterpret_cast<char *>(out) + sizeof(uint64_t), reinterpret_cast<const char *>(&result) + sizeof(uint64_t),
                 std::min<uint64_t>(out->struct_size, sizeof result) - sizeof(uint64_t));
-  return Status::Ok();
+  return param_nvme_close().with_context("step: writing the updated shards to NVMe");  // a failure keeps them
 }
 
 void Engine::report_progress(const dsrt_step_result &result) {
@@ -273,7 +369,29 @@ void Engine::report_progress(const dsrt_step_result &result) {
                               ? 1e-9 * static_cast<double>(nvme_stats_.bytes_read + nvme_stats_.bytes_written) /
                                     nvme_stats_.total_seconds
                               : 0.0));
+    if (config_.wall_clock_breakdown && param_nvme_ && coordinator_) {
+      // The coordinator's totals since the last line; the rate is over the steps' wall time,
+      // since reads ahead overlap the host's work and their wait alone would overstate it.
+      const SwapInStats &total = coordinator_->swap_in_stats();
+      const SwapInStats &last = progress_swap_last_;
+      const uint64_t bytes = total.bytes_read - last.bytes_read;
+      const int64_t hits = total.read_hits - last.read_hits;
+      const int64_t on_demand = total.reads_on_demand - last.reads_on_demand;
+      log_progress(Format("step %lld NVMe parameter swap-in over %lld steps: read wait %.3f ms, read %.2f MB "
+                          "(%llu bytes) in %.3f ms = %.3f GB/s, prefetch hits %lld of %lld shard gathers (%lld read "
+                          "on demand), %lld reads ahead, %lld buffers reclaimed, %lld reads cancelled",
+                          static_cast<long long>(result.global_step), static_cast<long long>(steps),
+                          1e3 * (total.read_wait_seconds - last.read_wait_seconds), 1e-6 * static_cast<double>(bytes),
+                          static_cast<unsigned long long>(bytes), 1e3 * elapsed,
+                          elapsed > 0 ? 1e-9 * static_cast<double>(bytes) / elapsed : 0.0,
+                          static_cast<long long>(hits), static_cast<long long>(hits + on_demand),
+                          static_cast<long long>(on_demand),
+                          static_cast<long long>(total.reads_ahead - last.reads_ahead),
+                          static_cast<long long>(total.buffers_reclaimed - last.buffers_reclaimed),
+                          static_cast<long long>(total.reads_cancelled - last.reads_cancelled)));
+    }
   }
+  if (coordinator_) progress_swap_last_ = coordinator_->swap_in_stats();
   timers_.reset();
   reducer_.reset_timers();
 }

@@ -16,6 +16,7 @@
 
 #include "optim/cpu_dispatch.h"
 #include "optim/cpu_optimizer.h"
+#include "optim/step_constants.h"
 
 namespace dsrt {
 
@@ -65,18 +66,7 @@ float optimizer_state_initial_value(const OptimizerConfig &config, int state_ind
 
 namespace {
 
-const char *type_name(OptimizerType type) {
-  switch (type) {
-    case OptimizerType::Adam: return "Adam";
-    case OptimizerType::AdamW: return "AdamW";
-    case OptimizerType::SGD: return "SGD";
-    case OptimizerType::Lamb: return "Lamb";
-    case OptimizerType::Adagrad: return "Adagrad";
-    case OptimizerType::Lion: return "Lion";
-    case OptimizerType::OneBitAdam: return "OneBitAdam";
-  }
-  return "unknown";
-}
+const char *type_name(OptimizerType type) { return optimizer_type_name(type); }
 
 bool valid_dtype(dsrt_dtype dtype) { return dtype == DSRT_F32 || dtype == DSRT_F16 || dtype == DSRT_BF16; }
 
@@ -144,9 +134,23 @@ void run_batch(StepFn fn, const std::vector<StepArgs> &args, const std::vector<s
   }
 }
 
-// 1 - beta^step, or 1 without bias correction.
-double bias_correction(bool enabled, double beta, int64_t step) {
-  return enabled ? 1.0 - std::pow(beta, static_cast<double>(step)) : 1.0;
+// Copies the shared per-step constants (step_constants.h) into a kernel's arguments.
+void apply_constants(const StepConstants &c, StepArgs *args) {
+  args->grad_scale = c.grad_scale;
+  args->beta1 = c.beta1;
+  args->beta2 = c.beta2;
+  args->one_minus_beta1 = c.one_minus_beta1;
+  args->one_minus_beta2 = c.one_minus_beta2;
+  args->eps = c.eps;
+  args->l2_decay = c.l2_decay;
+  args->decoupled_decay = c.decoupled_decay;
+  args->keep_factor = c.keep_factor;
+  args->step_size = c.step_size;
+  args->inv_sqrt_bc2 = c.inv_sqrt_bc2;
+  args->momentum = c.momentum;
+  args->one_minus_dampening = c.one_minus_dampening;
+  args->nesterov = c.nesterov;
+  args->first_step = c.first_step;
 }
 
 // Validates one slice of an Adam/AdamW/SGD/Adagrad/Lion step and fills its kernel arguments.
@@ -156,64 +160,22 @@ Status prepare_step(const OptimizerHyper &hyper, const OptimizerSlice &slice, fl
   StepArgs args;
   DSRT_RETURN_IF_ERROR(check_slice(what, hyper, slice, true, &args));
   DSRT_RETURN_IF_ERROR(check_grad_scale(what, grad_scale));
-  args.grad_scale = grad_scale;
+  if (hyper.type == OptimizerType::Lamb)
+    return Error(DSRT_ERR_INVALID_ARGUMENT,
+                 "Lamb needs whole-tensor norms: call cpu_lamb_phase1, all-reduce the norms, then cpu_lamb_phase2");
+  StepConstants c;
+  DSRT_RETURN_IF_ERROR(fold_step_constants(what, hyper, grad_scale, &c));
+  DSRT_RETURN_IF_ERROR(require_states(hyper, slice, c.states));
+  apply_constants(c, &args);
   const KernelTable &kernels = optim_kernels::active_kernels();
-  const double lr = hyper.lr, wd = hyper.weight_decay;
   StepFn fn = nullptr;
   switch (hyper.type) {
     case OptimizerType::Adam:
-    case OptimizerType::AdamW: {
-      DSRT_RETURN_IF_ERROR(require_states(hyper, slice, 2));
-      const bool decoupled = hyper.type == OptimizerType::AdamW || hyper.adam_w_mode;
-      args.beta1 = hyper.beta1;
-      args.beta2 = hyper.beta2;
-      args.one_minus_beta1 = static_cast<float>(1.0 - hyper.beta1);
-      args.one_minus_beta2 = static_cast<float>(1.0 - hyper.beta2);
-      args.eps = hyper.eps;
-      args.l2_decay = decoupled ? 0.0f : hyper.weight_decay;
-      args.keep_factor = decoupled ? static_cast<float>(1.0 - lr * wd) : 1.0f;
-      args.step_size = static_cast<float>(lr / bias_correction(hyper.bias_correction, hyper.beta1, hyper.step));
-      args.inv_sqrt_bc2 =
-          static_cast<float>(1.0 / std::sqrt(bias_correction(hyper.bias_correction, hyper.beta2, hyper.step)));
-      fn = kernels.adam;
-      break;
-    }
-    case OptimizerType::SGD: {
-      if (hyper.momentum != 0.0f) DSRT_RETURN_IF_ERROR(require_states(hyper, slice, 1));
-      if (hyper.nesterov && (hyper.momentum <= 0.0f || hyper.dampening != 0.0f)) {
-        return Error(DSRT_ERR_INVALID_ARGUMENT,
-                     "SGD: nesterov momentum requires momentum > 0 and dampening 0 (momentum %g, dampening %g)",
-                     static_cast<double>(hyper.momentum), static_cast<double>(hyper.dampening));
-      }
-      args.l2_decay = hyper.weight_decay;
-      args.momentum = hyper.momentum;
-      args.one_minus_dampening = static_cast<float>(1.0 - hyper.dampening);
-      args.nesterov = hyper.nesterov;
-      args.first_step = hyper.step == 1;
-      fn = kernels.sgd;
-      break;
-    }
-    case OptimizerType::Adagrad:
-      DSRT_RETURN_IF_ERROR(require_states(hyper, slice, 1));
-      args.l2_decay = hyper.weight_decay;
-      args.eps = hyper.eps;
-      fn = kernels.adagrad;
-      break;
-    case OptimizerType::Lion:
-      DSRT_RETURN_IF_ERROR(require_states(hyper, slice, 1));
-      args.beta1 = hyper.beta1;
-      args.beta2 = hyper.beta2;
-      args.one_minus_beta1 = static_cast<float>(1.0 - hyper.beta1);
-      args.one_minus_beta2 = static_cast<float>(1.0 - hyper.beta2);
-      args.keep_factor = static_cast<float>(1.0 - lr * wd);
-      fn = kernels.lion;
-      break;
-    case OptimizerType::Lamb:
-      return Error(DSRT_ERR_INVALID_ARGUMENT,
-                   "Lamb needs whole-tensor norms: call cpu_lamb_phase1, all-reduce the norms, then cpu_lamb_phase2");
-    case OptimizerType::OneBitAdam:
-      return Error(DSRT_ERR_UNSUPPORTED,
-                   "OneBitAdam is not implemented by the CPU optimizer kernels; use Adam or AdamW");
+    case OptimizerType::AdamW: fn = kernels.adam; break;
+    case OptimizerType::SGD: fn = kernels.sgd; break;
+    case OptimizerType::Adagrad: fn = kernels.adagrad; break;
+    case OptimizerType::Lion: fn = kernels.lion; break;
+    default: break;
   }
   if (fn == nullptr) return Error(DSRT_ERR_INVALID_ARGUMENT, "unknown optimizer type %d", static_cast<int>(hyper.type));
   *out = args;
@@ -234,16 +196,12 @@ Status prepare_lamb1(const OptimizerHyper &hyper, const OptimizerSlice &slice, f
     return Error(DSRT_ERR_INVALID_ARGUMENT,
                  "Lamb phase 1: the update buffer may share the working copy's memory only when that copy is fp32");
   }
+  StepConstants c;
+  DSRT_RETURN_IF_ERROR(fold_lamb_phase1_constants("Lamb phase 1", hyper, grad_scale, &c));
+  apply_constants(c, &args);
   args.working = nullptr;
   args.working_kind = optim_kernels::kWorkNone;
   args.update_out = update;
-  args.grad_scale = grad_scale;
-  args.beta1 = hyper.beta1;
-  args.beta2 = hyper.beta2;
-  args.one_minus_beta1 = static_cast<float>(1.0 - hyper.beta1);
-  args.one_minus_beta2 = static_cast<float>(1.0 - hyper.beta2);
-  args.eps = hyper.eps;
-  args.decoupled_decay = hyper.weight_decay;
   *out = args;
   return Status::Ok();
 }
@@ -257,22 +215,11 @@ Status prepare_lamb2(const OptimizerHyper &hyper, const OptimizerSlice &slice, c
     return Error(DSRT_ERR_INVALID_ARGUMENT, "Lamb phase 2: norms must be >= 0 (got %g and %g)", param_norm,
                  update_norm);
   }
-  double trust = 1.0;
-  if (param_norm != 0.0 && update_norm != 0.0) {
-    trust = param_norm / update_norm;
-    if (trust > hyper.max_coeff) trust = hyper.max_coeff;
-    if (trust < hyper.min_coeff) trust = hyper.min_coeff;
-  }
-  double step_size = hyper.lr;
-  if (hyper.bias_correction) {
-    step_size = hyper.lr * std::sqrt(bias_correction(true, hyper.beta2, hyper.step)) /
-                bias_correction(true, hyper.beta1, hyper.step);
-  }
   args.grad = nullptr;
   args.update_in = update;
   args.state0 = nullptr;  // phase 2 reads only the master and the update
   args.state1 = nullptr;
-  args.step_size = static_cast<float>(step_size * trust);
+  args.step_size = static_cast<float>(lamb_step_size(hyper) * lamb_trust_ratio(hyper, param_norm, update_norm));
   *out = args;
   return Status::Ok();
 }

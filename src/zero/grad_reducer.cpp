@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cstring>
 
-#include "optim/cpu_optimizer.h"
 #include "util/half.h"
 #include "util/log.h"
 
@@ -16,21 +15,6 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// dst = cast(src * scale); scale 1 takes the vectorized conversion.
-void convert_scaled(const void *src, dsrt_dtype src_dtype, void *dst, dsrt_dtype dst_dtype, size_t n, float scale) {
-  if (n == 0) return;
-  if (scale == 1.0f) {
-    if (src_dtype == dst_dtype)
-      std::memcpy(dst, src, n * dtype_size(src_dtype));
-    else
-      cpu_convert(src, src_dtype, dst, dst_dtype, n);
-    return;
-  }
-  const int64_t count = static_cast<int64_t>(n);
-#pragma omp parallel for if (count > 65536) schedule(static)
-  for (int64_t i = 0; i < count; ++i) from_float(dst, dst_dtype, i, to_float(src, src_dtype, i) * scale);
-}
-
 }  // namespace
 
 GradReducer::~GradReducer() {
@@ -38,10 +22,13 @@ GradReducer::~GradReducer() {
     if (op.handle) (void)op.handle->wait();
 }
 
-Status GradReducer::init(const Partitioning *partitioning, Comm *comm, Device *device, const ReducerOptions &options) {
+Status GradReducer::init(const Partitioning *partitioning, Comm *comm, Device *device, OptimizerBackend *backend,
+                         const ReducerOptions &options) {
   part_ = partitioning;
   comm_ = comm;
   device_ = device;
+  backend_ = backend;
+  if (backend_ == nullptr) return Error(DSRT_ERR_INVALID_ARGUMENT, "gradient reducer: no arithmetic backend");
   options_ = options;
   rank_ = comm->rank();
   world_ = comm->size();
@@ -180,10 +167,10 @@ Status GradReducer::issue(size_t b) {
     // Local accumulation; an untouched bucket is all zeros.
     float *dst = accumulator_.as<float>() + bucket.flat_begin;
     if (!bucket.buffer.empty()) {
-      add_into(dst, bucket.buffer.data(), wdt, static_cast<size_t>(bucket.elems), prescale);
+      DSRT_RETURN_IF_ERROR(add_into(dst, bucket.buffer.data(), wdt, static_cast<size_t>(bucket.elems), prescale));
       give_buffer(std::move(bucket.buffer));
     } else if (first_micro_step_) {
-      std::memset(dst, 0, static_cast<size_t>(bucket.elems) * sizeof(float));
+      DSRT_RETURN_IF_ERROR(device_->memset(dst, 0, static_cast<size_t>(bucket.elems) * sizeof(float), nullptr));
     }
     return Status::Ok();
   }
@@ -202,9 +189,12 @@ Status GradReducer::issue(size_t b) {
     const void *send = bucket.buffer.data();
     if (cdt != wdt || prescale != 1.0f) {
       DSRT_RETURN_IF_ERROR(take_buffer(static_cast<size_t>(bucket.elems) * csize, &op.send));
-      convert_scaled(bucket.buffer.data(), wdt, op.send.data(), cdt, static_cast<size_t>(bucket.elems), prescale);
+      DSRT_RETURN_IF_ERROR(
+          backend_->convert(bucket.buffer.data(), wdt, op.send.data(), cdt, static_cast<size_t>(bucket.elems), prescale));
       send = op.send.data();
     }
+    // The collective reads what the backend wrote.
+    DSRT_RETURN_IF_ERROR(backend_->synchronize());
     if (options_.reduce_scatter && world_ > 1) {
       std::vector<size_t> counts(static_cast<size_t>(world_));
       for (int r = 0; r < world_; ++r) counts[r] = static_cast<size_t>(intersect(range, flat.partition(r)).size());
@@ -232,13 +222,15 @@ Status GradReducer::issue(size_t b) {
         const ElemRange owned = shards.owned_range(t, r);
         const int64_t s = shards.shard_size(t);
         const int64_t offset = bucket.offsets[t - bucket.first];
-        convert_scaled(src + (offset + owned.begin) * static_cast<int64_t>(wsize), wdt, send + pos * csize, cdt,
-                       static_cast<size_t>(owned.size()), prescale);
+        DSRT_RETURN_IF_ERROR(backend_->convert(src + (offset + owned.begin) * static_cast<int64_t>(wsize), wdt,
+                                               send + pos * csize, cdt, static_cast<size_t>(owned.size()), prescale));
         if (owned.size() < s)
-          std::memset(send + (pos + owned.size()) * csize, 0, static_cast<size_t>(s - owned.size()) * csize);
+          DSRT_RETURN_IF_ERROR(device_->memset(send + (pos + owned.size()) * csize, 0,
+                                               static_cast<size_t>(s - owned.size()) * csize, nullptr));
         pos += s;
       }
     }
+    DSRT_RETURN_IF_ERROR(backend_->synchronize());
     // The host's buffer is no longer needed once rearranged.
     give_buffer(std::move(bucket.buffer));
     if (options_.reduce_scatter && world_ > 1) {
@@ -287,7 +279,7 @@ Status GradReducer::complete(InFlight &op) {
         const char *reduced = static_cast<const char *>(op.send.empty() ? bucket.buffer.data() : op.send.data());
         src = reduced + (mine.begin - range.begin) * static_cast<int64_t>(csize);
       }
-      add_into(accum + (mine.begin - partition.begin), src, cdt, static_cast<size_t>(mine.size()), 1.0f);
+      DSRT_RETURN_IF_ERROR(add_into(accum + (mine.begin - partition.begin), src, cdt, static_cast<size_t>(mine.size()), 1.0f));
     }
     give_buffer(std::move(bucket.buffer));
   } else {
@@ -302,11 +294,13 @@ Status GradReducer::complete(InFlight &op) {
     for (size_t t = bucket.first; t < bucket.last; ++t) {
       const ElemRange owned = shards.owned_range(t, rank_);
       if (!owned.empty())
-        add_into(accum + shards.shard_offset(t), base + pos * static_cast<int64_t>(csize), cdt,
-                       static_cast<size_t>(owned.size()), 1.0f);
+        DSRT_RETURN_IF_ERROR(add_into(accum + shards.shard_offset(t), base + pos * static_cast<int64_t>(csize), cdt,
+                                      static_cast<size_t>(owned.size()), 1.0f));
       pos += shards.shard_size(t);
     }
   }
+  // The buffers go back to the pool, so the accumulation that reads them must be done.
+  DSRT_RETURN_IF_ERROR(backend_->synchronize());
   give_buffer(std::move(op.send));
   give_buffer(std::move(op.recv));
   reduce_seconds_ += now_seconds() - start;
@@ -320,12 +314,13 @@ Status GradReducer::finish_micro_step() {
     Bucket &bucket = buckets_[bucket_of_[t]];
     if (!bucket.buffer.empty()) {
       const size_t wsize = dtype_size(options_.working_dtype);
-      std::memset(static_cast<char *>(bucket.buffer.data()) + bucket.offsets[t - bucket.first] * wsize, 0,
-                  static_cast<size_t>(part_->numel(t)) * wsize);
+      DSRT_RETURN_IF_ERROR(device_->memset(static_cast<char *>(bucket.buffer.data()) + bucket.offsets[t - bucket.first] * wsize,
+                                           0, static_cast<size_t>(part_->numel(t)) * wsize, nullptr));
     }
   }
   for (; next_issue_ < buckets_.size(); ++next_issue_) DSRT_RETURN_IF_ERROR(issue(next_issue_));
   while (!in_flight_.empty()) DSRT_RETURN_IF_ERROR(complete_oldest());
+  DSRT_RETURN_IF_ERROR(backend_->synchronize());
   for (Bucket &bucket : buckets_) {
     bucket.ready = 0;
     bucket.issued = false;
@@ -360,7 +355,10 @@ Status GradReducer::reduce_accumulator() {
     DSRT_RETURN_IF_ERROR(comm_->reduce_scatter_v(accum + a, recv.data(), counts.data(), DSRT_F32, ReduceOp::Sum, &handle)
                              .with_context("reduce-scattering accumulated gradients"));
     DSRT_RETURN_IF_ERROR(handle->wait().with_context("reduce-scattering accumulated gradients"));
-    if (!mine.empty()) std::memcpy(accum + mine.begin, recv.data(), static_cast<size_t>(mine.size()) * sizeof(float));
+    if (!mine.empty())
+      DSRT_RETURN_IF_ERROR(device_->copy(accum + mine.begin, recv.data(), static_cast<size_t>(mine.size()) * sizeof(float),
+                                         nullptr));
+    DSRT_RETURN_IF_ERROR(device_->synchronize(nullptr));
     give_buffer(std::move(recv));
   }
   reduce_seconds_ += now_seconds() - start;
@@ -373,12 +371,9 @@ void GradReducer::zero_accumulator() {
   first_micro_step_ = true;
 }
 
-void GradReducer::add_into(float *dst, const void *src, dsrt_dtype dtype, size_t n, float scale) const {
-  if (!first_micro_step_) {
-    cpu_accumulate(dst, src, dtype, n, scale);
-  } else {
-    convert_scaled(src, dtype, dst, DSRT_F32, n, scale);
-  }
+Status GradReducer::add_into(float *dst, const void *src, dsrt_dtype dtype, size_t n, float scale) {
+  if (!first_micro_step_) return backend_->accumulate(dst, src, dtype, n, scale);
+  return backend_->convert(src, dtype, dst, DSRT_F32, n, scale);
 }
 
 }  // namespace dsrt

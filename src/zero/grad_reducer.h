@@ -31,6 +31,7 @@
 
 #include "comm/comm.h"
 #include "device/device.h"
+#include "optim/optimizer_backend.h"
 #include "zero/partition.h"
 
 namespace dsrt {
@@ -53,7 +54,9 @@ class GradReducer {
   GradReducer &operator=(const GradReducer &) = delete;
   // Waits for collectives still in flight so no buffer is freed under them.
   ~GradReducer();
-  Status init(const Partitioning *partitioning, Comm *comm, Device *device, const ReducerOptions &options);
+  // backend runs the conversions and accumulation on device's memory (optimizer_backend.h).
+  Status init(const Partitioning *partitioning, Comm *comm, Device *device, OptimizerBackend *backend,
+              const ReducerOptions &options);
 
   // The gradient buffer of tensor t for this micro-step (zeroed when first handed out).
   Status grad(size_t t, void **out);
@@ -107,11 +110,12 @@ class GradReducer {
   Status complete_oldest();
   Status complete(InFlight &op);
   // dst (+)= src * scale: the first micro-step after a boundary overwrites instead of adding.
-  void add_into(float *dst, const void *src, dsrt_dtype dtype, size_t n, float scale) const;
+  Status add_into(float *dst, const void *src, dsrt_dtype dtype, size_t n, float scale);
 
   const Partitioning *part_ = nullptr;
   Comm *comm_ = nullptr;
   Device *device_ = nullptr;
+  OptimizerBackend *backend_ = nullptr;
   ReducerOptions options_;
   int rank_ = 0, world_ = 1;
 

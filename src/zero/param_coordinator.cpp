@@ -23,6 +23,7 @@ double now_seconds() {
 ParamCoordinator::~ParamCoordinator() {
   for (TensorState &ts : tensors_)
     if (ts.pending) (void)ts.pending->wait();
+  drop_reads();
 }
 
 Status ParamCoordinator::init(const Partitioning *partitioning, Comm *comm, Device *device,
@@ -51,12 +52,11 @@ Status ParamCoordinator::init(const Partitioning *partitioning, Comm *comm, Devi
 
 Status ParamCoordinator::gather(size_t t, bool async) {
   const double start = now_seconds();
-  const ShardLayout &shards = part_->shard_layout();
-  const size_t wsize = dtype_size(options_.working_dtype);
-  const int64_t s = shards.shard_size(t);
+  const int64_t s = part_->shard_layout().shard_size(t);
   TensorState &ts = tensors_[t];
-  if (ts.gathered.empty()) {
-    const size_t bytes = static_cast<size_t>(s * comm_->size()) * wsize;
+  const bool fresh = ts.gathered.empty();
+  if (fresh) {
+    const size_t bytes = static_cast<size_t>(s * comm_->size()) * dtype_size(options_.working_dtype);
     auto cached = cache_.find(bytes);
     if (cached != cache_.end()) {
       ts.gathered = std::move(cached->second);
@@ -69,23 +69,169 @@ Status ParamCoordinator::gather(size_t t, bool async) {
     live_elems_ += gathered_elems(t);
   }
   const char *send = nullptr;
-  if (shards_ != nullptr) {
-    send = static_cast<const char *>(shards_) + shards.shard_offset(t) * static_cast<int64_t>(wsize);
-  } else {
-    if (!load_) return Error(DSRT_ERR_STATE, "gathering '%s': no resident shards and no shard loader", names_[t].c_str());
-    const size_t shard_bytes = static_cast<size_t>(s) * wsize;
-    DSRT_RETURN_IF_ERROR(device_->allocate(shard_bytes, &ts.staged, false)
-                             .with_context(Format("staging the shard of '%s'", names_[t].c_str())));
-    DSRT_RETURN_IF_ERROR(load_(t, ts.staged.data(), shard_bytes).with_context(Format("swapping in '%s'", names_[t].c_str())));
-    send = static_cast<const char *>(ts.staged.data());
+  Status status = shard_to_send(t, &send);
+  if (status.ok())
+    status = comm_->all_gather(send, ts.gathered.data(), static_cast<size_t>(s), options_.working_dtype, &ts.pending)
+                 .with_context(Format("gathering '%s'", names_[t].c_str()));
+  if (!status.ok()) {
+    // Nothing was gathered: a fresh copy must not be taken for the tensor by a later acquire.
+    ts.staged.reset();
+    if (fresh) free_gathered(t);
+    gather_seconds_ += now_seconds() - start;
+    return status;
   }
-  DSRT_RETURN_IF_ERROR(comm_->all_gather(send, ts.gathered.data(), static_cast<size_t>(s), options_.working_dtype,
-                                         &ts.pending)
-                           .with_context(Format("gathering '%s'", names_[t].c_str())));
   in_flight_elems_ += gathered_elems(t);
   gather_seconds_ += now_seconds() - start;
   if (!async) return wait_pending(t);
   return Status::Ok();
+}
+
+Status ParamCoordinator::shard_to_send(size_t t, const char **send) {
+  const size_t wsize = dtype_size(options_.working_dtype);
+  if (shards_ != nullptr) {
+    *send = static_cast<const char *>(shards_) + part_->shard_layout().shard_offset(t) * static_cast<int64_t>(wsize);
+    return Status::Ok();
+  }
+  if (source_ == nullptr)
+    return Error(DSRT_ERR_STATE, "gathering '%s': no resident shards and no shard source", names_[t].c_str());
+  TensorState &ts = tensors_[t];
+  const size_t bytes = static_cast<size_t>(part_->shard_layout().shard_size(t)) * wsize;
+  if (const void *kept = source_->resident(t)) {
+    if (device_->type() == DSRT_DEVICE_CPU) {
+      *send = static_cast<const char *>(kept);
+      return Status::Ok();
+    }
+    DSRT_RETURN_IF_ERROR(device_->allocate(bytes, &ts.staged, false)
+                             .with_context(Format("staging the shard of '%s'", names_[t].c_str())));
+    DSRT_RETURN_IF_ERROR(device_->copy(ts.staged.data(), kept, bytes, nullptr));
+    DSRT_RETURN_IF_ERROR(device_->synchronize(nullptr));
+    *send = static_cast<const char *>(ts.staged.data());
+    return Status::Ok();
+  }
+  DSRT_RETURN_IF_ERROR(fetch(t));
+  set_read(t, Read::None);  // the gather owns staged now (freed when it completes)
+  *send = static_cast<const char *>(ts.staged.data());
+  return Status::Ok();
+}
+
+void ParamCoordinator::set_read(size_t t, Read read) {
+  TensorState &ts = tensors_[t];
+  auto counted = [](Read r) { return r == Read::Started || r == Read::Ready; };
+  if (counted(ts.read)) reading_elems_ -= gathered_elems(t);
+  if (counted(read)) reading_elems_ += gathered_elems(t);
+  ts.read = read;
+  if (read != Read::Failed) ts.read_error = Status::Ok();
+}
+
+Status ParamCoordinator::fetch(size_t t) {
+  TensorState &ts = tensors_[t];
+  switch (ts.read) {
+    case Read::Failed: {
+      Status error = ts.read_error;
+      set_read(t, Read::None);  // the next gather reads again
+      return error;
+    }
+    case Read::Ready:
+      ++swap_stats_.read_hits;
+      return Status::Ok();
+    case Read::Started:
+      ++swap_stats_.read_hits;
+      return finish_read(t);
+    case Read::None:
+      break;
+  }
+  make_room();
+  bool started = false;
+  DSRT_RETURN_IF_ERROR(source_->start_read(t, &started).with_context(Format("swapping in '%s'", names_[t].c_str())));
+  if (!started)
+    return Error(DSRT_ERR_STATE, "swapping in '%s': every read buffer is taken by something other than reads ahead",
+                 names_[t].c_str());
+  set_read(t, Read::Started);
+  reading_.push_back(t);
+  swap_stats_.peak_reads_in_flight = std::max(swap_stats_.peak_reads_in_flight, reading_.size());
+  ++swap_stats_.reads_on_demand;
+  return finish_read(t);
+}
+
+Status ParamCoordinator::finish_read(size_t t) {
+  const double start = now_seconds();
+  TensorState &ts = tensors_[t];
+  const auto in_list = std::find(reading_.begin(), reading_.end(), t);
+  if (in_list != reading_.end()) reading_.erase(in_list);
+  const size_t bytes = static_cast<size_t>(part_->shard_layout().shard_size(t)) * dtype_size(options_.working_dtype);
+  Status status = ts.staged.empty() ? device_->allocate(bytes, &ts.staged, false) : Status::Ok();
+  if (status.ok()) {
+    status = source_->finish_read(t, ts.staged.data());
+  } else {
+    source_->cancel_read(t);
+  }
+  swap_stats_.read_wait_seconds += now_seconds() - start;
+  if (!status.ok()) {
+    ts.staged.reset();
+    set_read(t, Read::None);
+    return status.with_context(Format("swapping in '%s'", names_[t].c_str()));
+  }
+  swap_stats_.bytes_read += bytes;
+  set_read(t, Read::Ready);
+  return Status::Ok();
+}
+
+void ParamCoordinator::make_room() {
+  // A gather needs a read buffer: finish reads ahead, oldest first, until one is free. Their shards
+  // wait in their staging buffers (or their errors on their tensors) for their own gathers.
+  while (source_->free_buffers() == 0 && !reading_.empty()) {
+    const size_t u = reading_.front();
+    ++swap_stats_.buffers_reclaimed;
+    Status status = finish_read(u);
+    if (!status.ok()) {
+      set_read(u, Read::Failed);
+      tensors_[u].read_error = status;
+    }
+  }
+}
+
+void ParamCoordinator::read_ahead_from(size_t position) {
+  if (shards_ != nullptr || source_ == nullptr) return;
+  for (size_t j = position; j < trace_.size(); ++j) {
+    const size_t u = trace_[j];
+    TensorState &ts = tensors_[u];
+    if (!ts.gathered.empty() || ts.read != Read::None || source_->resident(u) != nullptr) continue;
+    if (reading_elems_ + gathered_elems(u) > options_.prefetch_bucket_elems || source_->free_buffers() == 0) break;
+    bool started = false;
+    Status status = source_->start_read(u, &started);
+    if (!status.ok()) {
+      set_read(u, Read::Failed);  // reported by the acquire that needs it
+      ts.read_error = status.with_context(Format("swapping in '%s'", names_[u].c_str()));
+      continue;
+    }
+    if (!started) break;
+    set_read(u, Read::Started);
+    reading_.push_back(u);
+    ++swap_stats_.reads_ahead;
+    swap_stats_.peak_reads_in_flight = std::max(swap_stats_.peak_reads_in_flight, reading_.size());
+  }
+}
+
+void ParamCoordinator::read_ahead() {
+  if (trace_valid_ && following_) read_ahead_from(0);
+}
+
+void ParamCoordinator::drop_reads() {
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    TensorState &ts = tensors_[t];
+    if (ts.read == Read::None) continue;
+    if (ts.read == Read::Started) source_->cancel_read(t);
+    if (ts.read != Read::Failed) ++swap_stats_.reads_cancelled;
+    if (!ts.pending) ts.staged.reset();
+    set_read(t, Read::None);
+  }
+  reading_.clear();
+}
+
+void ParamCoordinator::set_shard_source(void *shards, ShardSource *source) {
+  if (shards != nullptr) drop_reads();
+  shards_ = shards;
+  source_ = source;
 }
 
 Status ParamCoordinator::wait_pending(size_t t) {
@@ -125,23 +271,31 @@ void ParamCoordinator::free_gathered(size_t t) {
 void ParamCoordinator::prefetch_after(size_t position) {
   int64_t in_flight = in_flight_elems_;
   int64_t live = live_elems_;
-  size_t j = std::max(prefetched_upto_, position);
+  // The window is scanned from the acquire's position every time: a tensor that was still gathered
+  // when an earlier scan passed it may have been freed since (released, not kept for reuse).
+  size_t j = position;
   for (; j < trace_.size(); ++j) {
     const size_t u = trace_[j];
     TensorState &ts = tensors_[u];
     if (!ts.gathered.empty()) continue;
     const int64_t size = part_->shard_layout().shard_size(u) * comm_->size();
     if (in_flight + size > options_.prefetch_bucket_elems || live + size > options_.max_live_elems) break;
+    // A shard not read yet: its read starts below and its gather is issued by a later acquire, so
+    // the read overlaps the host's work in between. Whether a read was started depends only on
+    // the trace, the sizes and the buffer count, so every rank stops at the same tensor.
+    if (shards_ == nullptr && source_ != nullptr && ts.read == Read::None && source_->resident(u) == nullptr) break;
     Status status = gather(u, true);
     if (!status.ok()) {
-      // The acquire that needs it will gather it synchronously and report the failure.
+      // Reported by the acquire that needs it (which gathers it again when called again).
       logf(DSRT_LOG_DEBUG, "prefetch of '%s' failed: %s", names_[u].c_str(), status.message().c_str());
+      set_read(u, Read::Failed);
+      ts.read_error = status;
       break;
     }
     in_flight += size;
     live += size;
   }
-  prefetched_upto_ = j;
+  read_ahead_from(j);
 }
 
 Status ParamCoordinator::acquire(size_t t, void **data) {
@@ -152,15 +306,18 @@ Status ParamCoordinator::acquire(size_t t, void **data) {
                          "and the order is recorded again",
          names_[t].c_str(), position);
   }
-  current_.push_back(t);
-  ++acquires_;
   TensorState &ts = tensors_[t];
+  Status status;
   if (ts.pending) {
     ++prefetch_hits_;
-    DSRT_RETURN_IF_ERROR(wait_pending(t));
+    status = wait_pending(t);
   } else if (ts.gathered.empty()) {
-    DSRT_RETURN_IF_ERROR(gather(t, false));
+    status = gather(t, false);
   }
+  // A failed acquire (e.g. a failed swap-in) is not part of the sequence: calling it again is.
+  if (!status.ok()) return status;
+  current_.push_back(t);
+  ++acquires_;
   ++ts.acquired;
   if (following_) prefetch_after(position + 1);
   *data = ts.gathered.data();
@@ -232,6 +389,7 @@ Status ParamCoordinator::check_agreement() {
 Status ParamCoordinator::end_micro_step() {
   Status agreement = check_agreement();
   for (size_t t = 0; t < tensors_.size(); ++t) DSRT_RETURN_IF_ERROR(wait_pending(t));
+  drop_reads();  // reads ahead of a micro-step that left the trace
   DSRT_RETURN_IF_ERROR(agreement);
 
   std::vector<size_t> acquires;
@@ -251,7 +409,6 @@ Status ParamCoordinator::end_micro_step() {
   current_.clear();
   acquires_ = 0;
   following_ = trace_valid_;
-  prefetched_upto_ = 0;
   return Status::Ok();
 }
 
@@ -262,11 +419,18 @@ Status ParamCoordinator::refresh() {
   return Status::Ok();
 }
 
-void ParamCoordinator::overwrite(size_t t, const float *full) {
+Status ParamCoordinator::overwrite(size_t t, const float *full) {
   TensorState &ts = tensors_[t];
-  if (ts.gathered.empty()) return;
-  if (ts.pending) (void)wait_pending(t);
-  cpu_convert(full, DSRT_F32, ts.gathered.data(), options_.working_dtype, static_cast<size_t>(part_->numel(t)));
+  if (ts.gathered.empty()) return Status::Ok();
+  DSRT_RETURN_IF_ERROR(wait_pending(t));
+  // The gathered copy is device memory: convert on the host and copy it up (on the CPU device the
+  // copy is a memcpy). The tensor's elements only; the padding past numel is left as gathered.
+  const size_t n = static_cast<size_t>(part_->numel(t));
+  std::vector<char> converted(n * dtype_size(options_.working_dtype));
+  cpu_convert(full, DSRT_F32, converted.data(), options_.working_dtype, n);
+  DSRT_RETURN_IF_ERROR(device_->copy(ts.gathered.data(), converted.data(), converted.size(), nullptr)
+                           .with_context(Format("overwriting the gathered copy of '%s'", names_[t].c_str())));
+  return device_->synchronize(nullptr);
 }
 
 uint64_t ParamCoordinator::cached_bytes() const { return cache_bytes_; }

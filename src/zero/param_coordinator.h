@@ -15,10 +15,22 @@
 // disagree in the middle of a micro-step may also see a collective fail or time out first).
 //
 // Tensors of at most stage3_param_persistence_threshold elements stay gathered on every rank.
+//
+// Shards on NVMe (a ShardSource instead of resident shards). Prefetching also reads ahead: after
+// issuing its gathers, an acquire that follows the trace starts background reads of the shards of
+// the next tensors in the trace, as long as the elements being read stay within
+// stage3_prefetch_bucket_size and a read buffer is free (it never waits for one). The gather of a
+// tensor whose read was started waits for that read; the read overlaps the host's work between
+// the acquire that started it and the one that gathers it. Which gathers are issued, and when,
+// depends only on the trace and the sizes (as without NVMe), never on the reads, so the ranks
+// issue their collectives in the same order whatever their disks do. A gather that needs a buffer
+// when all are taken by reads ahead finishes the oldest of those reads first (into its staging
+// buffer). A failed read is reported by the acquire that needs the tensor (a later acquire
+// retries it); the shard files are unchanged by it.
 #pragma once
 
 #include <cstdint>
-#include <functional>
+#include <deque>
 #include <map>
 #include <string>
 #include <vector>
@@ -26,8 +38,21 @@
 #include "comm/comm.h"
 #include "device/device.h"
 #include "zero/partition.h"
+#include "zero/shard_source.h"
 
 namespace dsrt {
+
+// Reads of shards from a ShardSource (NVMe parameter offload), since init.
+struct SwapInStats {
+  int64_t reads_ahead = 0;         // reads started by prefetching, ahead of the acquire that gathers them
+  int64_t read_hits = 0;           // gathers whose shard had been read ahead (started or done)
+  int64_t reads_on_demand = 0;     // gathers that had to start their own read and wait for it
+  int64_t buffers_reclaimed = 0;   // reads ahead finished early because a gather needed their buffer
+  int64_t reads_cancelled = 0;     // reads ahead dropped unused (trace left, shards rewritten)
+  uint64_t bytes_read = 0;         // shard bytes read and used
+  double read_wait_seconds = 0;    // time the host waited for reads
+  size_t peak_reads_in_flight = 0;
+};
 
 struct CoordinatorOptions {
   dsrt_dtype working_dtype = DSRT_F32;
@@ -48,13 +73,14 @@ class ParamCoordinator {
   Status init(const Partitioning *partitioning, Comm *comm, Device *device, const CoordinatorOptions &options,
               void *shards, std::vector<std::string> names);
 
-  // NVMe parameter offload: while shards is null, a tensor's shard is swapped in by load (into a
-  // staging buffer that lives until its gather completes) instead of read from resident shards.
-  using ShardLoader = std::function<Status(size_t t, void *dst, size_t bytes)>;
-  void set_shard_source(void *shards, ShardLoader load) {
-    shards_ = shards;
-    load_ = std::move(load);
-  }
+  // NVMe parameter offload: while shards is null, a tensor's shard comes from source (borrowed; it
+  // must outlive the coordinator) instead of the resident shards. Setting resident shards drops
+  // the reads ahead (the shards are about to be rewritten).
+  void set_shard_source(void *shards, ShardSource *source);
+  // Waits for every read ahead and forgets it (before the shards change). Local to this rank.
+  void drop_reads();
+  // Starts the reads ahead for the beginning of the next micro-step (after the shards were written).
+  void read_ahead();
 
   Status acquire(size_t t, void **data);
   Status release(size_t t);
@@ -63,28 +89,44 @@ class ParamCoordinator {
   // After the shards changed (optimizer step, write): re-gather every tensor that stays gathered
   // (persistent, still acquired, or kept for reuse). Collective.
   Status refresh();
-  // Write a full fp32 value into the gathered copy of t, if one is live (write_fp32).
-  void overwrite(size_t t, const float *full);
+  // Write a full fp32 value (host memory) into the gathered copy of t, if one is live (write_fp32).
+  // Waits for a gather in flight into it first; the copy goes through the device.
+  Status overwrite(size_t t, const float *full);
 
   bool persistent(size_t t) const { return tensors_[t].persistent; }
   int acquired(size_t t) const { return tensors_[t].acquired; }
+  // t's gathered copy (null when not gathered); persistent tensors always have one.
+  const void *gathered_data(size_t t) const { return tensors_[t].gathered.data(); }
   uint64_t gathered_bytes() const;
   // Freed gathered buffers kept for reuse (reported as buffers).
   uint64_t cached_bytes() const;
   bool trace_valid() const { return trace_valid_; }
   int64_t prefetch_hits() const { return prefetch_hits_; }
   double gather_seconds() const { return gather_seconds_; }
+  const SwapInStats &swap_in_stats() const { return swap_stats_; }
+  size_t reads_in_flight() const { return reading_.size(); }
 
  private:
+  // The shard's read from the source: started (a read buffer taken), ready (the shard in staged),
+  // failed (read_error is returned by the next gather of the tensor).
+  enum class Read { None, Started, Ready, Failed };
   struct TensorState {
     DeviceBuffer gathered;  // shard_size * W elements; the first numel are the tensor
     CommHandle pending;     // an in-flight prefetch into gathered
-    DeviceBuffer staged;    // the swapped-in shard sent by that gather (NVMe offload)
+    DeviceBuffer staged;    // the shard read from the source, sent by the gather (NVMe offload)
+    Read read = Read::None;
+    Status read_error;
     int acquired = 0;
     bool persistent = false;
   };
 
   Status gather(size_t t, bool async);
+  Status shard_to_send(size_t t, const char **send);
+  Status fetch(size_t t);
+  Status finish_read(size_t t);
+  void make_room();
+  void set_read(size_t t, Read read);
+  void read_ahead_from(size_t position);
   Status wait_pending(size_t t);
   void prefetch_after(size_t position);
   void maybe_free(size_t t);
@@ -97,7 +139,7 @@ class ParamCoordinator {
   Device *device_ = nullptr;
   CoordinatorOptions options_;
   void *shards_ = nullptr;
-  ShardLoader load_;
+  ShardSource *source_ = nullptr;
   std::vector<std::string> names_;
   std::vector<TensorState> tensors_;
 
@@ -111,9 +153,11 @@ class ParamCoordinator {
   bool trace_valid_ = false;
   std::vector<size_t> current_;   // this micro-step's acquires
   bool following_ = false;        // this micro-step still matches the trace
-  size_t prefetched_upto_ = 0;    // trace positions < this have been prefetched or acquired
   int64_t prefetch_hits_ = 0;
   double gather_seconds_ = 0;
+  std::deque<size_t> reading_;    // tensors with a started read, oldest first
+  int64_t reading_elems_ = 0;     // gathered elements of tensors read ahead (started or ready)
+  SwapInStats swap_stats_;
 };
 
 }  // namespace dsrt

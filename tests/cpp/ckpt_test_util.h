@@ -16,6 +16,7 @@
 #include "ckpt/file_io.h"
 #include "comm/comm.h"
 #include "engine/engine.h"
+#include "engine_test_util.h"
 #include "util/half.h"
 
 namespace dsrt {
@@ -86,16 +87,16 @@ inline void train(Engine &engine, int micro_steps, float scale = 0.3f) {
     const double loss_scale = engine.loss_scale();
     const float offset = static_cast<float>(engine.rank()) - 0.5f * static_cast<float>(engine.world_size() - 1);
     for (size_t k = engine.num_tensors(); k-- > 0;) {
-      void *buffer = nullptr;
-      dsrt_dtype dtype;
-      ASSERT_TRUE(engine.grad(k, &buffer, &dtype).ok());
       std::mt19937 rng(static_cast<uint32_t>(step * 7919 + k * 104729));
       std::normal_distribution<float> dist(0.0f, scale);
-      for (int64_t j = 0; j < engine.tensor_numel(k); ++j) {
-        const float g = dist(rng), d = dist(rng);
-        from_float(buffer, dtype, static_cast<size_t>(j),
-                   to_float(buffer, dtype, static_cast<size_t>(j)) + static_cast<float>((g + offset * d) * loss_scale));
-      }
+      const Status written = testing_util::update_grad(engine, k, [&](void *buffer, dsrt_dtype dtype) {
+        for (int64_t j = 0; j < engine.tensor_numel(k); ++j) {
+          const float g = dist(rng), d = dist(rng);
+          from_float(buffer, dtype, static_cast<size_t>(j),
+                     to_float(buffer, dtype, static_cast<size_t>(j)) + static_cast<float>((g + offset * d) * loss_scale));
+        }
+      });
+      ASSERT_TRUE(written.ok()) << written.message();
       ASSERT_TRUE(engine.grad_ready(k).ok());
     }
     dsrt_step_result result;
@@ -116,13 +117,12 @@ inline std::vector<std::vector<float>> masters(Engine &engine) {
   return out;
 }
 
-// This rank's partition buffers byte for byte: master and every optimizer state.
-inline std::vector<std::vector<float>> partition_bytes(const Engine &engine) {
-  const size_t n = static_cast<size_t>(engine.partitioning().partition_elems());
+// This rank's partition states byte for byte (master and every optimizer state), read through
+// the engine wherever they live (testing_util::read_partition_states).
+inline std::vector<std::vector<float>> partition_bytes(Engine &engine) {
   std::vector<std::vector<float>> out;
-  out.emplace_back(engine.master_partition(), engine.master_partition() + n);
-  for (int i = 0; i < engine.num_optimizer_states(); ++i)
-    out.emplace_back(engine.optimizer_state(i), engine.optimizer_state(i) + n);
+  Status s = testing_util::read_partition_states(engine, &out);
+  EXPECT_TRUE(s.ok()) << s.message();
   return out;
 }
 

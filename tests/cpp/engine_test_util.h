@@ -180,5 +180,52 @@ inline void add_grad(void *buffer, dsrt_dtype dtype, const std::vector<double> &
     from_float(buffer, dtype, i, to_float(buffer, dtype, i) + static_cast<float>(values[i] * loss_scale));
 }
 
+// Tests read engine state only through these two, never through master_partition(),
+// optimizer_state() or an acquired pointer, so they hold whether the states and working copies
+// live in host memory, GPU memory or NVMe swap files.
+
+// This rank's partition states as the engine reads them back: [0] the fp32 masters, then every
+// optimizer state, partition_elems() floats each.
+inline Status read_partition_states(Engine &engine, std::vector<std::vector<float>> *out) {
+  const size_t n = static_cast<size_t>(engine.partitioning().partition_elems());
+  out->clear();
+  for (int state = -1; state < engine.num_optimizer_states(); ++state) {
+    out->emplace_back(n);
+    DSRT_RETURN_IF_ERROR(engine.read_partition_state(state, 0, n, out->back().data()));
+  }
+  return Status::Ok();
+}
+
+// The working values the host sees for tensor t (numel elements of *dtype, as bytes): acquire,
+// a copy through the engine's device into host memory, release. Collective at stage 3.
+inline Status read_working_values(Engine &engine, size_t t, std::vector<uint8_t> *out, dsrt_dtype *dtype) {
+  void *data = nullptr;
+  DSRT_RETURN_IF_ERROR(engine.acquire(t, &data, dtype));
+  out->assign(static_cast<size_t>(engine.tensor_numel(t)) * dtype_size(*dtype), 0);
+  Device &device = const_cast<Device &>(engine.device());
+  Status copied = device.copy(out->data(), data, out->size(), nullptr);
+  if (copied.ok()) copied = device.synchronize(nullptr);
+  const Status released = engine.release(t);
+  DSRT_RETURN_IF_ERROR(copied);
+  return released;
+}
+
+// Lets fn(void *values, dsrt_dtype dtype) change tensor t's gradient buffer (grad(), numel
+// elements) in host memory: the buffer is copied out through the engine's device and back, so
+// the host code works whether the buffer is in host or GPU memory.
+template <class Fn>
+inline Status update_grad(Engine &engine, size_t t, Fn fn) {
+  void *buffer = nullptr;
+  dsrt_dtype dtype;
+  DSRT_RETURN_IF_ERROR(engine.grad(t, &buffer, &dtype));
+  std::vector<uint8_t> host(static_cast<size_t>(engine.tensor_numel(t)) * dtype_size(dtype));
+  Device &device = const_cast<Device &>(engine.device());
+  DSRT_RETURN_IF_ERROR(device.copy(host.data(), buffer, host.size(), nullptr));
+  DSRT_RETURN_IF_ERROR(device.synchronize(nullptr));
+  fn(static_cast<void *>(host.data()), dtype);
+  DSRT_RETURN_IF_ERROR(device.copy(buffer, host.data(), host.size(), nullptr));
+  return device.synchronize(nullptr);
+}
+
 }  // namespace testing_util
 }  // namespace dsrt

@@ -1,7 +1,9 @@
-// offload_test_util.h -- helpers shared by the NVMe offload engine tests: a small model with odd
-// tensor sizes, a host loop that feeds seeded gradients, and bitwise comparison of read_fp32.
+// offload_test_util.h -- helpers shared by the offload engine tests: a small model with odd tensor
+// sizes, a host loop that feeds seeded gradients, bitwise comparison of read_fp32 and of the working
+// copies, and the swap folder's contents.
 #pragma once
 
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -15,6 +17,7 @@
 #include "comm/comm.h"
 #include "config/train_config.h"
 #include "engine/engine.h"
+#include "engine_test_util.h"
 #include "util/half.h"
 
 namespace dsrt {
@@ -68,12 +71,12 @@ inline void host_micro_step(Engine &e, uint32_t seed) {
   }
   for (size_t t = e.num_tensors(); t-- > 0;) {
     ASSERT_TRUE(e.acquire(t, nullptr, nullptr).ok());
-    void *buffer = nullptr;
-    dsrt_dtype dtype;
-    ASSERT_TRUE(e.grad(t, &buffer, &dtype).ok());
     const std::vector<float> g = gaussian(seed * 7919u + static_cast<uint32_t>(e.rank()) * 131u + static_cast<uint32_t>(t),
                                           static_cast<size_t>(e.tensor_numel(t)), 0.1f);
-    for (size_t i = 0; i < g.size(); ++i) from_float(buffer, dtype, i, g[i]);
+    const Status written = testing_util::update_grad(e, t, [&g](void *buffer, dsrt_dtype dtype) {
+      for (size_t i = 0; i < g.size(); ++i) from_float(buffer, dtype, i, g[i]);
+    });
+    ASSERT_TRUE(written.ok()) << written.message();
     ASSERT_TRUE(e.grad_ready(t).ok());
     ASSERT_TRUE(e.release(t).ok());
   }
@@ -111,6 +114,37 @@ inline void expect_bitwise_equal(const std::vector<std::vector<float>> &a, const
         ADD_FAILURE() << "tensor " << t << " element " << i << ": " << a[t][i] << " vs " << b[t][i];
         break;
       }
+  }
+}
+
+inline std::shared_ptr<Comm> local_comm() {
+  std::shared_ptr<Comm> comm;
+  EXPECT_TRUE(comm_create_local(&comm).ok());
+  return comm;
+}
+
+// Entries of a folder other than . and .. (0 if it cannot be opened): swap files left behind.
+inline size_t entries_in(const std::string &path) {
+  size_t n = 0;
+  DIR *dir = opendir(path.c_str());
+  if (dir == nullptr) return 0;
+  while (dirent *e = readdir(dir))
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) ++n;
+  closedir(dir);
+  return n;
+}
+
+// Every tensor's gathered working copy, equal dtype and bytes, read through the engines' devices
+// (the copies may be GPU memory).
+inline void expect_same_working_copies(Engine &a, Engine &b) {
+  for (size_t t = 0; t < a.num_tensors(); ++t) {
+    std::vector<uint8_t> x, y;
+    dsrt_dtype dx, dy;
+    ASSERT_TRUE(testing_util::read_working_values(a, t, &x, &dx).ok());
+    Status s = testing_util::read_working_values(b, t, &y, &dy);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(dx, dy);
+    EXPECT_EQ(x, y) << "working copy of tensor " << t;
   }
 }
 

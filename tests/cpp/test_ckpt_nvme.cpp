@@ -20,6 +20,7 @@ namespace {
 
 using ckpt_test::config_for;
 using ckpt_test::make_engine;
+using ckpt_test::partition_bytes;
 using ckpt_test::scratch_dir;
 using ckpt_test::shapes;
 using ckpt_test::train;
@@ -31,18 +32,6 @@ TrainConfig nvme_config(int stage, const TempFolder &folder) {
   TrainConfig c = config_for(stage);
   offload_test::set_nvme(&c, folder.path, 700, 2, true);
   return c;
-}
-
-// Every partition state element as the engine reads it back (master, then each optimizer state).
-std::vector<std::vector<float>> partition_states(Engine &engine) {
-  const size_t n = static_cast<size_t>(engine.partitioning().partition_elems());
-  std::vector<std::vector<float>> out;
-  for (int state = -1; state < engine.num_optimizer_states(); ++state) {
-    out.emplace_back(n);
-    Status s = engine.read_partition_state(state, 0, n, out.back().data());
-    EXPECT_TRUE(s.ok()) << s.message();
-  }
-  return out;
 }
 
 void expect_same_counters(const Engine &a, const Engine &b) {
@@ -82,7 +71,7 @@ TEST(CheckpointNvme, ResumesBitwiseAtEveryStage) {
       EXPECT_EQ(b->counters().global_step, 3);
       train(*b, 3);
       expect_bitwise_equal(read_all(*a), read_all(*b));
-      EXPECT_TRUE(ckpt_test::bitwise_equal(partition_states(*a), partition_states(*b)));
+      EXPECT_TRUE(ckpt_test::bitwise_equal(partition_bytes(*a), partition_bytes(*b)));
       expect_same_counters(*a, *b);
       EXPECT_TRUE(remove_tree(dir).ok());
     }
@@ -112,7 +101,7 @@ TEST(CheckpointNvme, MovesBetweenNvmeAndMemory) {
       ASSERT_TRUE(s.ok()) << s.message();
       train(*b, 3);
       expect_bitwise_equal(read_all(*a), read_all(*b));
-      EXPECT_TRUE(ckpt_test::bitwise_equal(partition_states(*a), partition_states(*b)));
+      EXPECT_TRUE(ckpt_test::bitwise_equal(partition_bytes(*a), partition_bytes(*b)));
       expect_same_counters(*a, *b);
       EXPECT_TRUE(remove_tree(dir).ok());
     }
@@ -156,12 +145,12 @@ TEST(CheckpointNvme, DamagedShardChangesNothing) {
     ASSERT_TRUE(b && b->nvme_offload());
     train(*b, 1);
     const auto weights = read_all(*b);
-    const auto states = partition_states(*b);
+    const auto states = partition_bytes(*b);
     Status s = load_checkpoint(*b, dir, "t");
     EXPECT_EQ(s.code(), DSRT_ERR_CHECKPOINT) << s.message();
     EXPECT_NE(s.message().find(shard_file_name(0)), std::string::npos) << s.message();
     expect_bitwise_equal(weights, read_all(*b));
-    EXPECT_TRUE(ckpt_test::bitwise_equal(states, partition_states(*b)));
+    EXPECT_TRUE(ckpt_test::bitwise_equal(states, partition_bytes(*b)));
     EXPECT_EQ(b->counters().global_step, 1);
     // The engine is still usable and still trains.
     train(*b, 1);

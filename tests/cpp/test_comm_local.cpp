@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "comm/comm_features.h"
 #include "comm/comm_checks.h"
 #include "util/half.h"
 
@@ -169,12 +170,18 @@ TEST_F(LauncherEnv, AloneIsAWorldOfOne) {
   EXPECT_EQ(comm->rank(), 0);
 }
 
-TEST_F(LauncherEnv, TorchrunNeedsTheNcclBuild) {
+TEST_F(LauncherEnv, TorchrunNeedsNcclAndAGpu) {
+  if (comm_has_nccl()) GTEST_SKIP() << "a GPU with NCCL is present: torchrun would really rendezvous";
   setenv("RANK", "1", 1);
   setenv("WORLD_SIZE", "2", 1);
   std::shared_ptr<Comm> comm;
   Status status = comm_create_from_env(&comm);
-  EXPECT_EQ(status.code(), DSRT_ERR_UNSUPPORTED);
+#ifdef DSRT_HAVE_NCCL
+  // Built with NCCL, but no GPU is visible here.
+  EXPECT_EQ(status.code(), DSRT_ERR_DEVICE) << status.message();
+#else
+  EXPECT_EQ(status.code(), DSRT_ERR_UNSUPPORTED) << status.message();
+#endif
   EXPECT_NE(status.message().find("torchrun"), std::string::npos) << status.message();
   EXPECT_NE(status.message().find("NCCL"), std::string::npos) << status.message();
   EXPECT_FALSE(comm);

@@ -93,12 +93,14 @@ TEST(EngineSeeds, EverySeedConfigTrainsOrIsRefusedAsUnsupported) {
         ASSERT_TRUE(engine->build().ok());
         for (int micro = 0; micro < 3 * train.gradient_accumulation_steps; ++micro) {
           for (size_t t = engine->num_tensors(); t-- > 0;) {
-            void *data = nullptr, *grad = nullptr;
+            void *data = nullptr;
             dsrt_dtype dtype;
             ASSERT_TRUE(engine->acquire(t, &data, &dtype).ok());
-            ASSERT_TRUE(engine->grad(t, &grad, &dtype).ok());
-            for (int64_t i = 0; i < engine->tensor_numel(t); ++i)
-              from_float(grad, dtype, static_cast<size_t>(i), static_cast<float>(0.01 * engine->loss_scale()));
+            const float value = static_cast<float>(0.01 * engine->loss_scale());
+            ASSERT_TRUE(testing_util::update_grad(*engine, t, [&](void *grad, dsrt_dtype grad_dtype) {
+                          for (int64_t i = 0; i < engine->tensor_numel(t); ++i)
+                            from_float(grad, grad_dtype, static_cast<size_t>(i), value);
+                        }).ok());
             ASSERT_TRUE(engine->grad_ready(t).ok());
             ASSERT_TRUE(engine->release(t).ok());
           }

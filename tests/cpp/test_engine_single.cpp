@@ -75,12 +75,11 @@ double run_against_reference(const TrainConfig &config, int micro_steps, uint32_
       const std::vector<float> g = random_values(rng, static_cast<size_t>(numel_of(kShapes[k])), grad_scale);
       std::vector<double> seen(g.size());
       for (size_t i = 0; i < g.size(); ++i) seen[i] = round_to(wdt, g[i] * loss_scale) / loss_scale;
-      void *buffer = nullptr;
-      dsrt_dtype dtype;
-      EXPECT_TRUE(run.engine->grad(k, &buffer, &dtype).ok());
-      EXPECT_EQ(dtype, wdt);
       std::vector<double> raw(g.begin(), g.end());
-      add_grad(buffer, dtype, raw, loss_scale);
+      EXPECT_TRUE(testing_util::update_grad(*run.engine, k, [&](void *buffer, dsrt_dtype dtype) {
+                    EXPECT_EQ(dtype, wdt);
+                    add_grad(buffer, dtype, raw, loss_scale);
+                  }).ok());
       EXPECT_TRUE(run.engine->grad_ready(k).ok());
       grads[k] = seen;
     }
@@ -185,10 +184,10 @@ TEST(EngineSingle, Bf16AndFp16MatchFloat64OnWhatTheyReceive) {
 // Backward order: the last tensor's gradient first.
 void write_constant_grads(Engine &engine, float value) {
   for (size_t t = engine.num_tensors(); t-- > 0;) {
-    void *buffer = nullptr;
-    dsrt_dtype dtype;
-    ASSERT_TRUE(engine.grad(t, &buffer, &dtype).ok());
-    for (int64_t i = 0; i < engine.tensor_numel(t); ++i) from_float(buffer, dtype, static_cast<size_t>(i), value);
+    ASSERT_TRUE(testing_util::update_grad(engine, t, [&](void *buffer, dsrt_dtype dtype) {
+                  for (int64_t i = 0; i < engine.tensor_numel(t); ++i)
+                    from_float(buffer, dtype, static_cast<size_t>(i), value);
+                }).ok());
     ASSERT_TRUE(engine.grad_ready(t).ok());
   }
 }
@@ -347,10 +346,9 @@ TEST(EngineSingle, EveryStageAtWorldSizeOneMatchesStageZero) {
           ASSERT_TRUE(e.acquire(t, &data, nullptr).ok());
           ASSERT_NE(data, nullptr);
           const std::vector<float> g = random_values(rng, static_cast<size_t>(e.tensor_numel(t)), 1.0f);
-          void *buffer = nullptr;
-          dsrt_dtype wdt;
-          ASSERT_TRUE(e.grad(t, &buffer, &wdt).ok());
-          for (size_t i = 0; i < g.size(); ++i) from_float(buffer, wdt, i, g[i]);
+          ASSERT_TRUE(testing_util::update_grad(e, t, [&g](void *buffer, dsrt_dtype wdt) {
+                        for (size_t i = 0; i < g.size(); ++i) from_float(buffer, wdt, i, g[i]);
+                      }).ok());
           ASSERT_TRUE(e.grad_ready(t).ok());
           ASSERT_TRUE(e.release(t).ok());
         }
@@ -360,14 +358,13 @@ TEST(EngineSingle, EveryStageAtWorldSizeOneMatchesStageZero) {
       finals.push_back(read_all(e));
       // The working copy the host sees is the cast of the master.
       for (size_t t = 0; t < e.num_tensors(); ++t) {
-        void *data = nullptr;
+        std::vector<uint8_t> working;
         dsrt_dtype wdt;
-        ASSERT_TRUE(e.acquire(t, &data, &wdt).ok());
+        ASSERT_TRUE(testing_util::read_working_values(e, t, &working, &wdt).ok());
         std::vector<float> master(static_cast<size_t>(e.tensor_numel(t)));
         ASSERT_TRUE(e.read_fp32(t, master.data(), master.size()).ok());
         for (size_t i = 0; i < master.size(); ++i)
-          ASSERT_EQ(to_float(data, wdt, i), round_to(wdt, master[i])) << "stage " << stage << " tensor " << t;
-        ASSERT_TRUE(e.release(t).ok());
+          ASSERT_EQ(to_float(working.data(), wdt, i), round_to(wdt, master[i])) << "stage " << stage << " tensor " << t;
       }
     }
     for (int stage = 1; stage <= 3; ++stage) {
@@ -391,11 +388,12 @@ TEST(EngineSingle, WriteReadRoundTrip) {
       std::vector<float> back(value.size());
       ASSERT_TRUE(e.read_fp32(t, back.data(), back.size()).ok());
       EXPECT_EQ(back, value);
-      void *data = nullptr;
-      ASSERT_TRUE(e.acquire(t, &data, nullptr).ok());
+      std::vector<uint8_t> working;
+      dsrt_dtype wdt;
+      ASSERT_TRUE(testing_util::read_working_values(e, t, &working, &wdt).ok());
+      ASSERT_EQ(wdt, DSRT_BF16);
       for (size_t i = 0; i < value.size(); ++i)
-        ASSERT_EQ(static_cast<const uint16_t *>(data)[i], float_to_bf16(value[i]));
-      ASSERT_TRUE(e.release(t).ok());
+        ASSERT_EQ(reinterpret_cast<const uint16_t *>(working.data())[i], float_to_bf16(value[i]));
       EXPECT_EQ(e.write_fp32(t, value.data(), value.size() + 1).code(), DSRT_ERR_INVALID_ARGUMENT);
       EXPECT_EQ(e.read_fp32(t, back.data(), back.size() - 1).code(), DSRT_ERR_INVALID_ARGUMENT);
     }

@@ -65,10 +65,10 @@ void micro_step(Engine &e, const std::vector<size_t> &order, uint64_t *peak_gath
     void *data = nullptr;
     ASSERT_TRUE(e.acquire(t, &data, nullptr).ok());
     observe();
-    void *grad = nullptr;
-    dsrt_dtype dtype;
-    ASSERT_TRUE(e.grad(t, &grad, &dtype).ok());
-    for (int64_t i = 0; i < e.tensor_numel(t); ++i) from_float(grad, dtype, static_cast<size_t>(i), 0.01f * (i % 7));
+    ASSERT_TRUE(testing_util::update_grad(e, t, [&](void *grad, dsrt_dtype dtype) {
+                  for (int64_t i = 0; i < e.tensor_numel(t); ++i)
+                    from_float(grad, dtype, static_cast<size_t>(i), 0.01f * (i % 7));
+                }).ok());
     ASSERT_TRUE(e.grad_ready(t).ok());
     ASSERT_TRUE(e.release(t).ok());
   }

@@ -6,7 +6,9 @@
 #include <dirent.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "aio/aio_testing.h"
 #include "offload_test_util.h"
@@ -17,22 +19,6 @@ namespace {
 using namespace offload_test;
 
 const std::vector<std::vector<int64_t>> kShapes = {{7}, {1000}, {33, 65}, {3000}, {5}, {1, 1}, {129}};
-
-std::shared_ptr<Comm> local_comm() {
-  std::shared_ptr<Comm> comm;
-  EXPECT_TRUE(comm_create_local(&comm).ok());
-  return comm;
-}
-
-size_t entries_in(const std::string &path) {
-  size_t n = 0;
-  DIR *dir = opendir(path.c_str());
-  if (dir == nullptr) return 0;
-  while (dirent *e = readdir(dir))
-    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) ++n;
-  closedir(dir);
-  return n;
-}
 
 struct Case {
   int stage;
@@ -77,13 +63,12 @@ TEST(OffloadEngine, NvmeMatchesInMemoryBitwise) {
 
     // The 16-bit working copies written in the same pass match too.
     for (size_t t = 0; t < reference->num_tensors(); ++t) {
-      void *a = nullptr, *b = nullptr;
-      ASSERT_TRUE(reference->acquire(t, &a, nullptr).ok());
-      ASSERT_TRUE(offloaded->acquire(t, &b, nullptr).ok());
-      EXPECT_EQ(std::memcmp(a, b, static_cast<size_t>(reference->tensor_numel(t)) * dtype_size(reference->working_dtype())), 0)
-          << "working copy of tensor " << t;
-      ASSERT_TRUE(reference->release(t).ok());
-      ASSERT_TRUE(offloaded->release(t).ok());
+      std::vector<uint8_t> a, b;
+      dsrt_dtype da, db;
+      ASSERT_TRUE(testing_util::read_working_values(*reference, t, &a, &da).ok());
+      ASSERT_TRUE(testing_util::read_working_values(*offloaded, t, &b, &db).ok());
+      EXPECT_EQ(da, db);
+      EXPECT_EQ(a, b) << "working copy of tensor " << t;
     }
 
     dsrt_memory_stats mem;
@@ -128,11 +113,13 @@ TEST(OffloadEngine, WriteFp32AndPartitionStateGoThroughSwapFiles) {
 
     // Optimizer states stream out (and back in) by partition range, crossing sub-groups.
     const size_t n = static_cast<size_t>(reference->partitioning().partition_elems());
+    std::vector<std::vector<float>> want;
+    ASSERT_TRUE(testing_util::read_partition_states(*reference, &want).ok());
     for (int state = -1; state < reference->num_optimizer_states(); ++state) {
       std::vector<float> got(n - 3);
       ASSERT_TRUE(offloaded->read_partition_state(state, 3, got.size(), got.data()).ok());
-      const float *want = state < 0 ? reference->master_partition() : reference->optimizer_state(state);
-      EXPECT_EQ(std::memcmp(got.data(), want + 3, got.size() * 4), 0) << "state " << state;
+      EXPECT_EQ(std::memcmp(got.data(), want[static_cast<size_t>(state + 1)].data() + 3, got.size() * 4), 0)
+          << "state " << state;
     }
     std::vector<float> m(1200);
     ASSERT_TRUE(offloaded->read_partition_state(0, 400, m.size(), m.data()).ok());
@@ -162,11 +149,14 @@ TEST(OffloadEngine, FailedSwapLosesNothingAndRetries) {
       ASSERT_TRUE(make_engine(config, local_comm(), kShapes, &offloaded).ok());
       train(*reference, 2);
       train(*offloaded, 2);
-      const size_t n = static_cast<size_t>(reference->partitioning().partition_elems());
-      const std::vector<float> before(reference->master_partition(), reference->master_partition() + n);
+      std::vector<std::vector<float>> states;
+      ASSERT_TRUE(testing_util::read_partition_states(*reference, &states).ok());
+      const std::vector<float> before = states[0];
       host_micro_step(*reference, 3);
       ASSERT_TRUE(reference->step(nullptr).ok());
-      const std::vector<float> after(reference->master_partition(), reference->master_partition() + n);
+      ASSERT_TRUE(testing_util::read_partition_states(*reference, &states).ok());
+      const std::vector<float> after = states[0];
+      const size_t n = before.size();
 
       host_micro_step(*offloaded, 3);
       aio_testing_fail_request(offloaded->nvme_swapper()->aio(), nth, EIO);
@@ -202,8 +192,35 @@ TEST(OffloadEngine, FailedSwapLosesNothingAndRetries) {
   }
 }
 
+// Sets an environment variable for one scope and puts back what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char *name, const char *value) : name_(name) {
+    const char *before = std::getenv(name);
+    had_ = before != nullptr;
+    if (had_) before_ = before;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_.c_str(), before_.c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv &) = delete;
+  ScopedEnv &operator=(const ScopedEnv &) = delete;
+
+ private:
+  std::string name_;
+  std::string before_;
+  bool had_ = false;
+};
+
 // The same through the C API and a DeepSpeed JSON config.
 TEST(OffloadEngine, CApiWithDeepSpeedConfig) {
+  // Gradients are written through the returned pointer from the host: keep this engine on the CPU
+  // (the variable is restored for the other tests).
+  ScopedEnv on_cpu("DSRT_DEVICE", "cpu");
   TempFolder folder;
   const std::string json = "{\"train_batch_size\": 1, \"steps_per_print\": 3, \"wall_clock_breakdown\": true, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}},"
                            " \"zero_optimization\": {\"stage\": 3, \"sub_group_size\": 300, \"offload_optimizer\":"

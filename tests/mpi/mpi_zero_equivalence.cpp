@@ -77,10 +77,9 @@ void host_micro_step(Engine &e, const std::vector<std::vector<float>> &grads, un
     std::mt19937 rng(shuffle_seed);
     std::shuffle(order.begin(), order.end(), rng);
     for (size_t t : order) {
-      void *buffer = nullptr;
-      dsrt_dtype dtype;
-      ASSERT_TRUE(e.grad(t, &buffer, &dtype).ok());
-      for (size_t i = 0; i < grads[t].size(); ++i) from_float(buffer, dtype, i, grads[t][i]);
+      ASSERT_TRUE(testing_util::update_grad(e, t, [&](void *buffer, dsrt_dtype dtype) {
+                    for (size_t i = 0; i < grads[t].size(); ++i) from_float(buffer, dtype, i, grads[t][i]);
+                  }).ok());
       ASSERT_TRUE(e.grad_ready(t).ok());
     }
     return;
@@ -88,10 +87,9 @@ void host_micro_step(Engine &e, const std::vector<std::vector<float>> &grads, un
   for (size_t t = e.num_tensors(); t-- > 0;) {
     void *data = nullptr;
     ASSERT_TRUE(e.acquire(t, &data, nullptr).ok());
-    void *buffer = nullptr;
-    dsrt_dtype dtype;
-    ASSERT_TRUE(e.grad(t, &buffer, &dtype).ok());
-    for (size_t i = 0; i < grads[t].size(); ++i) from_float(buffer, dtype, i, grads[t][i]);
+    ASSERT_TRUE(testing_util::update_grad(e, t, [&](void *buffer, dsrt_dtype dtype) {
+                  for (size_t i = 0; i < grads[t].size(); ++i) from_float(buffer, dtype, i, grads[t][i]);
+                }).ok());
     ASSERT_TRUE(e.grad_ready(t).ok());
     ASSERT_TRUE(e.release(t).ok());
   }
@@ -190,11 +188,13 @@ void run_variant(const Variant &v) {
     std::vector<double> want64(want.begin(), want.end());
     EXPECT_LT(relative_error(got, want64), tolerance) << "tensor " << t;
     // Every rank's working copy is the cast of the gathered master.
-    void *data = nullptr;
-    ASSERT_TRUE(engine->acquire(t, &data, nullptr).ok());
+    std::vector<uint8_t> working;
+    dsrt_dtype dtype;
+    ASSERT_TRUE(testing_util::read_working_values(*engine, t, &working, &dtype).ok());
+    ASSERT_EQ(dtype, wdt);
     for (size_t i = 0; i < n; ++i)
-      ASSERT_EQ(to_float(data, wdt, i), testing_util::round_to(wdt, got[i])) << "tensor " << t << " element " << i;
-    ASSERT_TRUE(engine->release(t).ok());
+      ASSERT_EQ(to_float(working.data(), wdt, i), testing_util::round_to(wdt, got[i]))
+          << "tensor " << t << " element " << i;
   }
 }
 
@@ -298,17 +298,21 @@ TEST(ZeroAccess, WriteReadAndRefreshAtEveryStage) {
     }
     // Overwrite this rank's master pieces with a known function of (tensor, element).
     auto expected = [](size_t t, int64_t i) { return 0.25f * static_cast<float>(t) - 0.001f * static_cast<float>(i); };
-    for (const OwnedSegment &seg : e->partitioning().owned_segments(e->rank()))
-      for (int64_t i = 0; i < seg.count; ++i)
-        e->master_partition()[seg.part_offset + i] = expected(seg.tensor, seg.tensor_begin + i);
+    for (const OwnedSegment &seg : e->partitioning().owned_segments(e->rank())) {
+      std::vector<float> piece(static_cast<size_t>(seg.count));
+      for (int64_t i = 0; i < seg.count; ++i) piece[static_cast<size_t>(i)] = expected(seg.tensor, seg.tensor_begin + i);
+      ASSERT_TRUE(e->write_partition_state(-1, static_cast<size_t>(seg.part_offset), piece.size(), piece.data()).ok());
+    }
     ASSERT_TRUE(e->refresh_working_copies().ok());
     for (size_t t = 0; t < e->num_tensors(); ++t) {
-      void *data = nullptr;
-      ASSERT_TRUE(e->acquire(t, &data, nullptr).ok());
+      std::vector<uint8_t> working;
+      dsrt_dtype dtype;
+      ASSERT_TRUE(testing_util::read_working_values(*e, t, &working, &dtype).ok());
+      ASSERT_EQ(dtype, DSRT_BF16);
       for (int64_t i = 0; i < e->tensor_numel(t); ++i)
-        ASSERT_EQ(to_float(data, DSRT_BF16, static_cast<size_t>(i)), testing_util::round_to(DSRT_BF16, expected(t, i)))
+        ASSERT_EQ(to_float(working.data(), DSRT_BF16, static_cast<size_t>(i)),
+                  testing_util::round_to(DSRT_BF16, expected(t, i)))
             << "tensor " << t << " element " << i;
-      ASSERT_TRUE(e->release(t).ok());
     }
   }
 }

@@ -125,6 +125,36 @@ def test_buffer_protocol_and_dlpack_share_memory():
         t.release()
 
 
+def test_dlpack_protocol_keywords_of_numpy_2_and_torch_2():
+    """torch.from_dlpack and numpy.from_dlpack call __dlpack__ themselves; newer releases pass the
+    array API's max_version, dl_device and copy keywords."""
+    with dsrt.Engine(adamw_config()) as engine:
+        t = engine.add_param("t", init=np.arange(6, dtype=np.float32).reshape(3, 2) - 2.5)
+        engine.build()
+        view = t.acquire()
+        as_numpy = np.from_dlpack(view)
+        np.testing.assert_array_equal(as_numpy, np.arange(6, dtype=np.float32).reshape(3, 2) - 2.5)
+        view.numpy()[2, 1] = 7.25  # NumPy marks DLPack imports read-only, but it is the same memory
+        assert as_numpy[2, 1] == 7.25
+        capsule = view.__dlpack__(max_version=(1, 0), dl_device=view.__dlpack_device__(), copy=False)
+        assert type(capsule).__name__ == "PyCapsule"
+        with pytest.raises(BufferError, match="views only"):
+            view.__dlpack__(copy=True)
+        with pytest.raises(BufferError, match="DLPack device"):
+            view.__dlpack__(dl_device=(2, 0))
+        try:
+            import torch
+        except ImportError:
+            torch = None
+        if torch is not None:
+            as_torch = torch.from_dlpack(view)
+            assert as_torch.data_ptr() == view.address and as_torch[2, 1].item() == 7.25
+            del as_torch
+        del as_numpy
+        gc.collect()
+        t.release()
+
+
 def test_memory_stats_and_client_state():
     with dsrt.Engine(adamw_config()) as engine:
         engine.add_param("w", shape=(1000,))
@@ -181,3 +211,25 @@ def test_log_callback_receives_messages():
     finally:
         dsrt.set_log_callback(None)
     assert any("cpu_offload" in message for _, message in lines)
+
+
+def test_nccl_comm_calls_report_what_is_missing():
+    if dsrt.has_feature("nccl"):
+        pytest.skip("a GPU with NCCL is present: joining a one-rank NCCL world is tested by the C++ suite")
+    try:
+        unique_id = dsrt.Comm.nccl_unique_id()
+    except dsrt.UnsupportedError as error:
+        # A build without NCCL says so, and joining is refused the same way.
+        assert "NCCL" in str(error)
+        unique_id = bytes(128)
+        with pytest.raises(dsrt.UnsupportedError):
+            dsrt.Comm.nccl(unique_id, 0, 1, 0)
+    else:
+        # Built with NCCL on a machine without a GPU: the id is made (it needs no GPU), joining names the GPU.
+        assert isinstance(unique_id, bytes) and len(unique_id) == 128 and any(unique_id)
+        with pytest.raises(dsrt.DeviceError, match="GPU"):
+            dsrt.Comm.nccl(unique_id, 0, 1, 0)
+    with pytest.raises(dsrt.InvalidArgumentError, match="128 bytes"):
+        dsrt.Comm.nccl(b"short", 0, 1, 0)
+    with pytest.raises(dsrt.InvalidArgumentError, match="rank 2"):
+        dsrt.Comm.nccl(unique_id, 2, 2, 0)

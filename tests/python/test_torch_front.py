@@ -1,6 +1,8 @@
 """The DeepSpeed-shaped PyTorch front: a DeepSpeed-style script gives plain PyTorch's weights."""
+import collections
 import copy
 import math
+import os
 
 import numpy as np
 import pytest
@@ -188,3 +190,126 @@ def test_passing_a_torch_optimizer_is_refused_with_advice():
     with pytest.raises(dsrt.UnsupportedError) as info:
         dsrt.initialize(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), config=ds_config(0))
     assert "optimizer" in info.value.message
+
+
+def test_gradients_reach_dsrt_during_backward():
+    """Each parameter's gradient is handed over as soon as autograd has it (torch >= 2.1: a
+    post-accumulate-grad hook; older: the AccumulateGrad node's hook), not after backward."""
+    torch.manual_seed(5)
+    model = Net()
+    engine, *_ = dsrt.initialize(model=model, config=ds_config(2))
+    handed = []
+    for name, tensor in engine._engine.tensors.items():
+        original = tensor.grad_ready
+        tensor.grad_ready = lambda name=name, original=original: (handed.append(name), original())
+    x, y = batches(1)[0]
+    x.requires_grad_(True)
+    seen_at_input = []
+    x.register_hook(lambda grad: seen_at_input.append(set(handed)))
+    engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+    # fc2 and the norm are behind the input's gradient in backward: handed over before it
+    assert {"fc2.weight", "fc2.bias", "norm.weight", "norm.bias"} <= seen_at_input[0]
+    assert sorted(handed) == sorted(name for name, _ in model.named_parameters())
+    assert all(param.grad is None for param in model.parameters())
+    engine.step()
+    engine.close()
+
+
+Pair = collections.namedtuple("Pair", "value count")
+
+
+class KeywordBlock(torch.nn.Module):
+    """Called with keywords only and answering a dict holding a list and a namedtuple, as Hugging
+    Face blocks do."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.proj = torch.nn.Parameter(torch.randn(width, width) / width ** 0.5)
+        self.gate = torch.nn.Parameter(torch.randn(width))
+
+    def forward(self, *, hidden, scale=1.0):
+        out = torch.tanh(hidden @ self.proj) * scale
+        return {"hidden": out, "extras": [out * self.gate, None], "pair": Pair(out.sin(), 1)}
+
+
+class KeywordNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = torch.nn.Linear(12, 16)
+        self.block = KeywordBlock(16)
+        self.out = torch.nn.Linear(16, 5)
+
+    def forward(self, x):
+        result = self.block(hidden=self.inp(x), scale=0.5)
+        return self.out(result["hidden"] + result["extras"][0] - result["pair"].value)
+
+
+@pytest.mark.parametrize("stage", [0, 3])
+def test_keyword_calls_and_dict_outputs_match_torch(stage):
+    """Under ZeRO-3 a module's parameters are gathered again before its backward whatever the
+    outputs' structure; without that, the block's saved weights would be empty in backward."""
+    torch.manual_seed(6)
+    model = KeywordNet()
+    reference = copy.deepcopy(model)
+    config = ds_config(stage)
+    del config["scheduler"]  # a constant lr, as the reference uses
+    engine, *_ = dsrt.initialize(model=model, config=config)
+    torch_opt = torch.optim.AdamW(reference.parameters(), lr=0.02, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.01)
+    for x, y in batches(4, seed=7):
+        engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+        engine.step()
+        torch.nn.functional.mse_loss(reference(x), y).backward()
+        torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.5)
+        torch_opt.step()
+        torch_opt.zero_grad()
+    for name, param in reference.named_parameters():
+        err = (engine.get_fp32_param(name) - param.detach()).norm() / param.detach().norm()
+        assert err < 1e-5, "%s: relative error %g at stage %d" % (name, err, stage)
+    if stage == 3:
+        assert model.block.proj.numel() == 0
+    engine.close()
+
+
+@pytest.mark.skipif("always_call" not in __import__("inspect").signature(torch.nn.Module.register_forward_hook).parameters,
+                    reason="forward hooks run when forward raises from torch 2.1 on")
+def test_stage3_forward_that_raises_leaves_parameters_released():
+    class Failing(torch.nn.Linear):
+        def forward(self, x):
+            assert self.weight.numel() == 33 * 12  # gathered for the forward
+            raise RuntimeError("forward failed")
+
+    model = torch.nn.Sequential(Failing(12, 33))
+    engine, *_ = dsrt.initialize(model=model, config=ds_config(3))
+    with pytest.raises(RuntimeError, match="forward failed"):
+        engine(batches(1)[0][0])
+    assert model[0].weight.numel() == 0 and not engine._gathered
+    engine.close()
+
+
+def test_training_data_gives_a_dataloader_of_micro_batches():
+    data = torch.utils.data.TensorDataset(torch.arange(20.0).reshape(20, 1))
+    model = Net()
+    engine, _, loader, _ = dsrt.initialize(model=model, config=ds_config(0), training_data=data)
+    sizes, values = [], []
+    for (batch,) in loader:
+        sizes.append(len(batch))
+        values += batch.reshape(-1).tolist()
+    assert sizes == [8, 8, 4]  # train_micro_batch_size_per_gpu, one rank
+    assert sorted(values) == [float(i) for i in range(20)]
+    engine.close()
+
+
+def test_engine_lives_where_the_model_computes(monkeypatch):
+    # A CPU model gets a CPU engine whatever GPUs are visible: its parameters stay CPU tensors.
+    monkeypatch.delenv("DSRT_DEVICE", raising=False)
+    model = torch.nn.Linear(4, 3)
+    config = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
+    engine, _, _, _ = dsrt.initialize(model=model, model_parameters=model.parameters(), config=config,
+                                      comm=dsrt.Comm.local())
+    assert all(p.device.type == "cpu" for p in model.parameters())
+    assert engine._engine.device[0] == dsrt.capi.DSRT_DEVICE_CPU
+    assert "DSRT_DEVICE" not in os.environ
+    # An explicit choice is left alone (and a bad one is the engine's config error).
+    monkeypatch.setenv("DSRT_DEVICE", "tpu")
+    with pytest.raises(dsrt.ConfigError, match="DSRT_DEVICE"):
+        dsrt.initialize(model=torch.nn.Linear(4, 3), config=config, comm=dsrt.Comm.local())

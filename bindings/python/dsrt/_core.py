@@ -184,7 +184,15 @@ class BufferView:
         view = memoryview(array).cast("B")
         return view.cast("f" if self.dtype == F32 else "H", self.shape) if self.shape else view
 
-    def __dlpack__(self, stream=None):
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        # The array API's keywords: numpy 2 and newer torch pass max_version (and dl_device, copy).
+        # The capsule is the legacy (0.x) "dltensor" one, which the standard lets a producer return
+        # for any max_version; a copy or another device is the consumer's to make.
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError("a dsrt buffer lives on DLPack device %r, not %r; copy it on the consumer side"
+                              % (self.__dlpack_device__(), tuple(dl_device)))
+        if copy:
+            raise BufferError("dsrt exports views only (copy=True asked for a copy); copy it on the consumer side")
         return capi.dsrt_py_dlpack_capsule(self.address, self.dtype, self.shape, self.device[0], self.device[1],
                                            self)
 
@@ -284,7 +292,8 @@ class Config(_Handle):
 
 
 class Comm(_Handle):
-    """The ranks an engine partitions over: Comm.local() or Comm.from_env() (mpirun/srun)."""
+    """The ranks an engine partitions over: Comm.local(), Comm.from_env() (mpirun/srun/torchrun) or
+    Comm.nccl(unique_id, rank, world_size, device)."""
 
     _destroy = staticmethod(capi.dsrt_comm_destroy)
 
@@ -295,6 +304,26 @@ class Comm(_Handle):
     @classmethod
     def from_env(cls):
         return cls(_check(capi.dsrt_comm_create_from_env()))
+
+    @staticmethod
+    def nccl_unique_id():
+        """A new NCCL unique id (128 bytes) for Comm.nccl: one rank makes it, the host shares it
+        (e.g. through torch.distributed). UnsupportedError in a build without NCCL."""
+        buffer = ctypes.create_string_buffer(128)
+        _check(capi.dsrt_nccl_unique_id(ctypes.addressof(buffer)))
+        return buffer.raw
+
+    @classmethod
+    def nccl(cls, unique_id, rank, world_size, device):
+        """Join an NCCL world from a shared unique id; device is this rank's CUDA ordinal."""
+        unique_id = bytes(unique_id)
+        if len(unique_id) != 128:
+            raise InvalidArgumentError(capi.DSRT_ERR_INVALID_ARGUMENT,
+                                       "an NCCL unique id is 128 bytes (from Comm.nccl_unique_id), got %d"
+                                       % len(unique_id))
+        buffer = ctypes.create_string_buffer(unique_id, 128)
+        return cls(_check(capi.dsrt_comm_create_nccl(ctypes.addressof(buffer), int(rank), int(world_size),
+                                                     int(device))))
 
     @property
     def rank(self):

@@ -14,6 +14,8 @@ parameters are empty outside the forward/backward of their module: module hooks 
 (gather) and release them, as DeepSpeed does.
 """
 
+import contextlib
+import inspect
 import io
 import json
 import os
@@ -86,6 +88,13 @@ def _resolve_auto(config, model, world_size, training_data):
                                 "config or with config_params" % ", ".join(left))
 
 
+# torch 2.1 added Tensor.register_post_accumulate_grad_hook; older versions hook the AccumulateGrad node.
+_HAS_POST_ACCUMULATE_GRAD_HOOK = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
+# torch 2.1 added always_call to register_forward_hook: run the hook even when forward raises.
+_ALWAYS_CALL = ({"always_call": True}
+                if "always_call" in inspect.signature(torch.nn.Module.register_forward_hook).parameters else {})
+
+
 class _PreBackward(torch.autograd.Function):
     """Identity on a module's outputs whose backward first gathers the module's parameters (ZeRO-3)."""
 
@@ -99,6 +108,32 @@ class _PreBackward(torch.autograd.Function):
     def backward(ctx, *grads):
         ctx.engine._gather_module(ctx.module, for_backward=True)
         return (None, None) + grads
+
+
+def _visit_tensors(value, fn):
+    """Call fn on every tensor that needs a gradient in value (a tensor or tuples, lists and dicts of
+    them), in a fixed order, and return value with each replaced by what fn returned. Dicts are
+    updated in place, as DeepSpeed does: a ModelOutput cannot be rebuilt from its items."""
+    if isinstance(value, torch.Tensor):
+        if not value.requires_grad:
+            return value
+        result = fn(value)
+        return value if result is None else result
+    if isinstance(value, (tuple, list)):
+        items = [_visit_tensors(v, fn) for v in value]
+        if all(new is old for new, old in zip(items, value)):
+            return value  # nothing replaced: keep the caller's object
+        if isinstance(value, list):
+            return items
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    if isinstance(value, dict):
+        for key in list(value.keys()):
+            item = value[key]
+            new = _visit_tensors(item, fn)
+            if new is not item:
+                value[key] = new
+        return value
+    return value
 
 
 class _OptimizerFacade:
@@ -132,6 +167,23 @@ class _SchedulerFacade:
         pass  # stepped by engine.step() after every applied optimizer step, as DeepSpeed's engine does
 
 
+@contextlib.contextmanager
+def _engine_device_of(model):
+    """dsrt's working copies become param.data, so the engine must live where the model computes:
+    on the CPU for a CPU model even where a GPU is visible, on the model's GPU otherwise. The choice
+    is passed as DSRT_DEVICE while the engine is created (an explicit DSRT_DEVICE wins)."""
+    if "DSRT_DEVICE" in os.environ:
+        yield
+        return
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    os.environ["DSRT_DEVICE"] = "cpu" if device.type == "cpu" else "cuda:%d" % (
+        device.index if device.index is not None else torch.cuda.current_device())
+    try:
+        yield
+    finally:
+        del os.environ["DSRT_DEVICE"]
+
+
 class DsrtEngine(torch.nn.Module):
     """The engine DeepSpeed's initialize() returns, backed by dsrt."""
 
@@ -140,7 +192,8 @@ class DsrtEngine(torch.nn.Module):
         self.module = model
         self._comm = comm
         self._config = config
-        self._engine = Engine(config, comm)
+        with _engine_device_of(model):
+            self._engine = Engine(config, comm)
         self.stage = int(config.get_number("zero_optimization.stage"))
         self.gradient_accumulation_steps_ = int(config.get_number("gradient_accumulation_steps"))
         wanted = None
@@ -166,9 +219,9 @@ class DsrtEngine(torch.nn.Module):
         self._gathered = {}  # id(param) -> count of acquires held by this front
         self._hooks = []
         for tensor, param in self._params:
-            # The gradient accumulator records the parameter's shape when it is created, and torch
-            # drops it when .data changes dtype: take the working dtype first, then create it while
-            # the parameter is still whole.
+            # Before torch 2.1 the hook sits on the gradient accumulator, which records the
+            # parameter's shape when it is created and which torch drops when .data changes dtype:
+            # take the working dtype first, then create it while the parameter is still whole.
             param.data = param.data.to(self.dtype)
             self._install_grad_hook(tensor, param)
             if self.stage == 3:
@@ -187,17 +240,12 @@ class DsrtEngine(torch.nn.Module):
                         self.register_external_parameter(module, param)
             for module in model.modules():
                 if any(True for _ in module.parameters(recurse=False)) or id(module) in self._external:
-                    self._hooks.append(module.register_forward_pre_hook(self._pre_forward))
-                    self._hooks.append(module.register_forward_hook(self._post_forward))
+                    self._hook_module(module)
 
     # --- gradients -------------------------------------------------------------------------
 
     def _install_grad_hook(self, tensor, param):
-        # Hook the AccumulateGrad node: it runs once autograd has the parameter's whole gradient
-        # for this backward (works on torch 1.x and 2.x alike).
-        accumulator = param.expand_as(param).grad_fn.next_functions[0][0]
-
-        def on_grad(*_):
+        def take_grad():
             grad = param.grad
             if grad is None:
                 return
@@ -208,8 +256,17 @@ class DsrtEngine(torch.nn.Module):
             if self.stage == 3:
                 self._release_param(param)
 
-        self._hooks.append(accumulator.register_hook(on_grad))
-        param._dsrt_accumulator = accumulator  # keep the node alive so the hook stays attached
+        if _HAS_POST_ACCUMULATE_GRAD_HOOK:
+            # torch >= 2.1: the hook lives on the parameter itself and runs once autograd has
+            # accumulated its whole gradient for this backward, whatever .data is swapped for.
+            self._hooks.append(param.register_post_accumulate_grad_hook(lambda _param: take_grad()))
+            return
+        # torch 1.13 and 2.0: hook the parameter's AccumulateGrad node, which runs at the same point.
+        # torch holds that node weakly: keep it alive so the hook stays attached.
+        with torch.enable_grad():
+            accumulator = param.expand_as(param).grad_fn.next_functions[0][0]
+        self._hooks.append(accumulator.register_hook(lambda *_: take_grad()))
+        param._dsrt_accumulator = accumulator
 
     # --- ZeRO-3 gathering ------------------------------------------------------------------
 
@@ -250,6 +307,13 @@ class DsrtEngine(torch.nn.Module):
                 continue
             self._acquire_param(param)
 
+    def _hook_module(self, module):
+        # Called positionally or with keywords only, a module's hooks see its positional inputs
+        # (possibly none): gathering does not need them. On torch >= 2.1 the release also runs when
+        # forward raises, so an exception does not leave parameters gathered.
+        self._hooks.append(module.register_forward_pre_hook(self._pre_forward))
+        self._hooks.append(module.register_forward_hook(self._post_forward, **_ALWAYS_CALL))
+
     def _pre_forward(self, module, inputs):
         self._gather_module(module)
 
@@ -260,18 +324,16 @@ class DsrtEngine(torch.nn.Module):
             self._release_param(param)
         if not needs_backward:
             return output
-        if isinstance(output, torch.Tensor) and output.requires_grad:
-            return _PreBackward.apply(self, module, output)
-        if isinstance(output, tuple):
-            tensors = [i for i, o in enumerate(output) if isinstance(o, torch.Tensor) and o.requires_grad]
-            if tensors:
-                wrapped = _PreBackward.apply(self, module, *[output[i] for i in tensors])
-                wrapped = wrapped if isinstance(wrapped, tuple) else (wrapped,)
-                output = list(output)
-                for i, w in zip(tensors, wrapped):
-                    output[i] = w
-                return tuple(output)
-        return output
+        # Route every output tensor that needs a gradient through one _PreBackward, so the
+        # module's parameters are gathered again before its backward: outputs may be a tensor or
+        # tuples, lists and dicts of them (namedtuples, Hugging Face ModelOutput dicts).
+        found = []
+        _visit_tensors(output, found.append)
+        if not found:
+            return output
+        wrapped = _PreBackward.apply(self, module, *found)
+        wrapped = iter(wrapped if isinstance(wrapped, tuple) else (wrapped,))
+        return _visit_tensors(output, lambda _tensor: next(wrapped))
 
     # --- the DeepSpeed engine surface ------------------------------------------------------
 
@@ -425,6 +487,19 @@ def _config_from(args, config, config_params):
     return Config(source)
 
 
+def _default_comm():
+    """The world this process trains in. Under an initialized torch.distributed on GPUs, with a build
+    of dsrt that has NCCL, the ranks join over NCCL with a unique id shared through torch.distributed
+    (torchrun's usual setup); otherwise the launcher's world (mpirun/srun, or one rank)."""
+    import torch.distributed as dist
+    if (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+            and torch.cuda.is_available() and _core.has_feature("nccl")):
+        shared = [Comm.nccl_unique_id() if dist.get_rank() == 0 else None]
+        dist.broadcast_object_list(shared, src=0)
+        return Comm.nccl(shared[0], dist.get_rank(), dist.get_world_size(), torch.cuda.current_device())
+    return Comm.from_env()
+
+
 def initialize(args=None, model=None, optimizer=None, model_parameters=None, training_data=None,
                lr_scheduler=None, mpu=None, dist_init_required=None, collate_fn=None, config=None,
                config_params=None, comm=None):
@@ -441,7 +516,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
                                      "section instead of passing a torch scheduler")
     cfg = _config_from(args, config, config_params)
     if comm is None:
-        comm = Comm.from_env()
+        comm = _default_comm()
     _resolve_auto(cfg, model, comm.world_size, training_data)
     engine = DsrtEngine(model, model_parameters, cfg, comm)
     for _, param in engine._params:
@@ -463,8 +538,7 @@ def register_external_parameter(module, param):
         raise _core.StateError(_core.capi.DSRT_ERR_STATE, "register_external_parameter: call it after "
                                "dsrt.initialize, with a parameter the engine manages")
     front.register_external_parameter(module, param)
-    front._hooks.append(module.register_forward_pre_hook(front._pre_forward))
-    front._hooks.append(module.register_forward_hook(front._post_forward))
+    front._hook_module(module)
 
 
 class zero:  # noqa: N801 - mirrors deepspeed.zero

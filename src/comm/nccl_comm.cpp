@@ -1,0 +1,621 @@
+// defines: NcclComm (collectives on a communication stream, host buffers staged through device
+// memory, timeouts by polling ncclCommGetAsyncError and aborting), nccl_unique_id and
+// nccl_comm_create. The communicator is created non-blocking (config.blocking = 0) so that its
+// creation, like every collective, can be abandoned after DSRT_COMM_TIMEOUT_S.
+#include "comm/nccl_comm.h"
+
+#ifdef DSRT_HAVE_NCCL
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/comm_checks.h"
+#include "cuda/comm_reduce.h"
+#include "util/half.h"
+#include "util/log.h"
+
+namespace dsrt {
+namespace {
+
+static_assert(sizeof(ncclUniqueId) == kNcclUniqueIdBytes, "NCCL's unique id is not 128 bytes");
+
+using Clock = std::chrono::steady_clock;
+
+Clock::time_point deadline_after(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+Status cuda_status(cudaError_t err, const char *call, const std::string &where) {
+  if (err == cudaSuccess) return Status::Ok();
+  return Error(DSRT_ERR_DEVICE, "%s failed (%s): %s (%s)", call, where.c_str(), cudaGetErrorString(err),
+               cudaGetErrorName(err));
+}
+#define DSRT_CUDA_OK(call, where) DSRT_RETURN_IF_ERROR(cuda_status((call), #call, (where)))
+
+ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Sum ? ncclSum : op == ReduceOp::Max ? ncclMax : ncclMin; }
+int kernel_op(ReduceOp op) { return op == ReduceOp::Sum ? 0 : op == ReduceOp::Max ? 1 : 2; }
+
+// A buffer a collective reads (in) and/or writes (out). Host memory is staged through a device
+// temporary; device memory is used as is.
+struct Arg {
+  void *ptr = nullptr;
+  size_t bytes = 0;
+  bool in = false, out = false;
+  void *dev = nullptr;  // what the NCCL calls use
+  bool staged = false;
+};
+
+// State the communicator and its outstanding handles share (a handle may outlive the comm).
+struct Shared {
+  std::mutex mutex;  // one thread at a time inside NCCL, and around abort
+  ncclComm_t comm = nullptr;
+  int rank = 0, size = 1, device = 0;
+  double timeout_s = 300;
+  cudaStream_t stream = nullptr;       // collectives
+  cudaStream_t copy_stream = nullptr;  // copies of results back to host buffers
+  cudaStream_t compute = nullptr;      // the caller's stream the collectives wait for
+  cudaEvent_t ready = nullptr;
+  cudaMemPool_t pool = nullptr;        // scratch and staging, stream-ordered
+  bool broken = false;
+  std::string broken_reason;
+
+  ~Shared() {
+    if (cudaSetDevice(device) != cudaSuccess) return;
+    if (comm != nullptr) {
+      // Let issued collectives drain (bounded); a peer that never arrives gets the comm aborted.
+      bool drained = stream == nullptr || poll_idle(deadline_after(std::min(timeout_s, 30.0)));
+      ncclResult_t state = drained ? ncclCommFinalize(comm) : ncclInternalError;
+      // A non-blocking communicator finalizes in the background: poll it (bounded).
+      Clock::time_point until = deadline_after(std::min(timeout_s, 30.0));
+      while (state == ncclInProgress && Clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) state = ncclInternalError;
+      }
+      if (state == ncclSuccess) ncclCommDestroy(comm);
+      else ncclCommAbort(comm);
+    }
+    if (ready != nullptr) cudaEventDestroy(ready);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+    if (copy_stream != nullptr) cudaStreamDestroy(copy_stream);
+    if (pool != nullptr) cudaMemPoolDestroy(pool);
+  }
+
+  bool poll_idle(Clock::time_point until) {
+    for (;;) {
+      cudaError_t q = cudaStreamQuery(stream);
+      if (q != cudaErrorNotReady) return q == cudaSuccess;
+      ncclResult_t state = ncclSuccess;
+      if (ncclCommGetAsyncError(comm, &state) != ncclSuccess || (state != ncclSuccess && state != ncclInProgress))
+        return false;
+      if (Clock::now() >= until) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+
+  std::string where(const std::string &what, int64_t step) const {
+    return Format("%s on rank %d of %d (cuda:%d) at step %lld", what.c_str(), rank, size, device,
+                  static_cast<long long>(step));
+  }
+
+  // Marks the communicator unusable and aborts NCCL (peers then fail too instead of hanging).
+  // Caller holds mutex.
+  Status break_locked(Status reason) {
+    if (!broken) {
+      broken = true;
+      broken_reason = reason.message();
+      if (comm != nullptr) ncclCommAbort(comm);
+      comm = nullptr;
+      logf(DSRT_LOG_ERROR, "%s", reason.message().c_str());
+    }
+    return reason;
+  }
+
+  Status broken_error(const std::string &what) const {
+    return Error(DSRT_ERR_COMM,
+                 "%s on rank %d: this NCCL communicator is unusable after an earlier failure (%s); the ranks are no "
+                 "longer in step, so restart the job (or create a new communicator on every rank)",
+                 what.c_str(), rank, broken_reason.c_str());
+  }
+
+  // Checks an NCCL call made under mutex. ncclInProgress (a non-blocking communicator still
+  // enqueuing) is waited out; any other failure breaks the communicator.
+  Status nccl_locked(ncclResult_t result, const char *call, const std::string &what, Clock::time_point until) {
+    if (result == ncclInProgress) {
+      do {
+        if (Clock::now() >= until)
+          return break_locked(Error(DSRT_ERR_COMM, "%s: %s did not finish enqueuing within %g s; communicator "
+                                                   "aborted. Raise DSRT_COMM_TIMEOUT_S if this is legitimate",
+                                    what.c_str(), call, timeout_s));
+        std::this_thread::yield();
+        if (ncclCommGetAsyncError(comm, &result) != ncclSuccess) result = ncclInternalError;
+      } while (result == ncclInProgress);
+    }
+    if (result == ncclSuccess) return Status::Ok();
+    return break_locked(Error(DSRT_ERR_COMM, "%s: %s failed: %s (%s); communicator aborted", what.c_str(), call,
+                              ncclGetErrorString(result), comm != nullptr ? ncclGetLastError(comm) : ""));
+  }
+
+  // Waits for event: DSRT_ERR_COMM when NCCL reports an asynchronous error or until passes, after
+  // which the communicator is aborted.
+  Status wait_event(cudaEvent_t event, const std::string &what, Clock::time_point until) {
+    for (int spin = 0;; ++spin) {
+      cudaError_t q = cudaEventQuery(event);
+      if (q == cudaSuccess) return Status::Ok();
+      std::lock_guard<std::mutex> guard(mutex);
+      if (broken) return broken_error(what);
+      if (q != cudaErrorNotReady)
+        return break_locked(cuda_status(q, "cudaEventQuery", what + ": the GPU failed while the collective ran"));
+      ncclResult_t state = ncclSuccess;
+      ncclResult_t rc = ncclCommGetAsyncError(comm, &state);
+      if (rc != ncclSuccess) state = rc;
+      if (state != ncclSuccess && state != ncclInProgress)
+        return break_locked(Error(DSRT_ERR_COMM, "%s failed: NCCL reports %s (%s): a peer died, left, or the network "
+                                                 "failed; communicator aborted",
+                                  what.c_str(), ncclGetErrorString(state), ncclGetLastError(comm)));
+      if (Clock::now() >= until)
+        return break_locked(Error(DSRT_ERR_COMM,
+                                  "%s did not complete within %g s: another rank skipped or reordered this "
+                                  "collective, is still busy, or died; the communicator is now unusable (aborted). "
+                                  "Raise DSRT_COMM_TIMEOUT_S if the step is legitimately slower",
+                                  what.c_str(), timeout_s));
+      if (spin > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+};
+
+class NcclRequest final : public CommRequest {
+ public:
+  NcclRequest(std::shared_ptr<Shared> shared, cudaEvent_t done, std::vector<Arg> args, std::string what,
+              Clock::time_point until)
+      : shared_(std::move(shared)), done_(done), args_(std::move(args)), what_(std::move(what)), until_(until) {}
+  ~NcclRequest() override {
+    if (!waited_) release();
+  }
+  Status wait() override {
+    if (waited_) return result_;
+    waited_ = true;
+    result_ = shared_->wait_event(done_, what_, until_);
+    if (result_.ok()) result_ = copy_out();
+    release();
+    return result_;
+  }
+
+ private:
+  // Results of staged host buffers, now that the collective is done on the GPU.
+  Status copy_out() {
+    DSRT_CUDA_OK(cudaSetDevice(shared_->device), what_);
+    bool any = false;
+    for (const Arg &a : args_)
+      if (a.staged && a.out && a.bytes > 0) {
+        DSRT_CUDA_OK(cudaMemcpyAsync(a.ptr, a.dev, a.bytes, cudaMemcpyDeviceToHost, shared_->copy_stream),
+                     what_ + ": copying the result to host memory");
+        any = true;
+      }
+    if (any) DSRT_CUDA_OK(cudaStreamSynchronize(shared_->copy_stream), what_);
+    return Status::Ok();
+  }
+  void release() {
+    std::lock_guard<std::mutex> guard(shared_->mutex);
+    if (cudaSetDevice(shared_->device) != cudaSuccess) return;
+    for (Arg &a : args_)
+      if (a.staged && a.dev != nullptr) cudaFreeAsync(a.dev, shared_->stream);
+    args_.clear();
+    if (done_ != nullptr) cudaEventDestroy(done_);
+    done_ = nullptr;
+  }
+
+  std::shared_ptr<Shared> shared_;
+  cudaEvent_t done_;
+  std::vector<Arg> args_;
+  std::string what_;
+  Clock::time_point until_;
+  bool waited_ = false;
+  Status result_;
+};
+
+using Body = std::function<Status(const std::vector<Arg> &, const std::string &, Clock::time_point)>;
+
+class NcclComm final : public Comm, public DeviceOrderedComm {
+ public:
+  explicit NcclComm(std::shared_ptr<Shared> shared) : s_(std::move(shared)) {}
+
+  int rank() const override { return s_->rank; }
+  int size() const override { return s_->size; }
+  const char *backend() const override { return "nccl"; }
+
+  Status set_compute_stream(DeviceStream stream) override {
+    std::lock_guard<std::mutex> guard(s_->mutex);
+    s_->compute = static_cast<cudaStream_t>(stream);
+    return Status::Ok();
+  }
+
+  Status all_reduce(void *buffer, size_t count, dsrt_dtype dtype, ReduceOp op, CommHandle *handle) override {
+    DSRT_RETURN_IF_ERROR(check_all_reduce_args(*this, buffer, count, dtype, op, handle));
+    const size_t e = dtype_size(dtype);
+    std::string what = Format("all_reduce (%s, %zu elements, %s)", dtype_name(dtype), count, reduce_op_name(op));
+    return issue(std::move(what), handle, {{buffer, count * e, true, true}},
+                 [=](const std::vector<Arg> &a, const std::string &w, Clock::time_point until) {
+                   char *b = static_cast<char *>(a[0].dev);
+                   if (dtype == DSRT_F32 && op == ReduceOp::Sum)
+                     return s_->nccl_locked(ncclAllReduce(b, b, count, ncclFloat32, ncclSum, s_->comm, s_->stream),
+                                            "ncclAllReduce", w, until);
+                   BlockLayout layout = split_blocks(count, s_->size);
+                   char *own = b + layout.offset[s_->rank] * e;
+                   DSRT_RETURN_IF_ERROR(reduce_blocks(b, own, layout, dtype, op, w, until));
+                   return gather_blocks(own, b, layout, e, w, until);
+                 });
+  }
+
+  Status reduce_scatter(const void *send, void *recv, size_t recv_count, dsrt_dtype dtype, ReduceOp op,
+                        CommHandle *handle) override {
+    DSRT_RETURN_IF_ERROR(check_reduce_scatter_args(*this, send, recv, recv_count, dtype, op, handle));
+    const size_t e = dtype_size(dtype), n = static_cast<size_t>(s_->size);
+    std::string what = Format("reduce_scatter (%s, %zu elements per rank, %s)", dtype_name(dtype), recv_count,
+                              reduce_op_name(op));
+    return issue(std::move(what), handle,
+                 {{const_cast<void *>(send), recv_count * n * e, true, false}, {recv, recv_count * e, false, true}},
+                 [=](const std::vector<Arg> &a, const std::string &w, Clock::time_point until) {
+                   if (dtype == DSRT_F32 && op == ReduceOp::Sum)
+                     return s_->nccl_locked(ncclReduceScatter(a[0].dev, a[1].dev, recv_count, ncclFloat32, ncclSum,
+                                                              s_->comm, s_->stream),
+                                            "ncclReduceScatter", w, until);
+                   return reduce_blocks(a[0].dev, a[1].dev, equal_blocks(recv_count, s_->size), dtype, op, w, until);
+                 });
+  }
+
+  Status reduce_scatter_v(const void *send, void *recv, const size_t *recv_counts, dsrt_dtype dtype, ReduceOp op,
+                          CommHandle *handle) override {
+    DSRT_RETURN_IF_ERROR(check_reduce_scatter_v_args(*this, send, recv, recv_counts, dtype, op, handle));
+    BlockLayout layout = blocks_from_counts(recv_counts, s_->size);
+    const size_t e = dtype_size(dtype);
+    std::string what = Format("reduce_scatter_v (%s, %zu elements in all, %zu here, %s)", dtype_name(dtype),
+                              layout.total, layout.count[s_->rank], reduce_op_name(op));
+    return issue(std::move(what), handle,
+                 {{const_cast<void *>(send), layout.total * e, true, false},
+                  {recv, layout.count[s_->rank] * e, false, true}},
+                 [=](const std::vector<Arg> &a, const std::string &w, Clock::time_point until) -> Status {
+                   if (!(dtype == DSRT_F32 && op == ReduceOp::Sum))
+                     return reduce_blocks(a[0].dev, a[1].dev, layout, dtype, op, w, until);
+                   // One ncclReduce per owner, grouped: uneven blocks in fp32.
+                   DSRT_RETURN_IF_ERROR(s_->nccl_locked(ncclGroupStart(), "ncclGroupStart", w, until));
+                   for (int r = 0; r < s_->size; ++r) {
+                     if (layout.count[r] == 0) continue;
+                     char *block = static_cast<char *>(a[0].dev) + layout.offset[r] * e;
+                     void *out = r == s_->rank ? a[1].dev : block;  // only the root's recvbuff is written
+                     ncclResult_t rc = ncclReduce(block, out, layout.count[r], ncclFloat32, ncclSum, r, s_->comm,
+                                                  s_->stream);
+                     if (rc != ncclSuccess && rc != ncclInProgress) {
+                       ncclGroupEnd();
+                       return s_->nccl_locked(rc, "ncclReduce", w, until);
+                     }
+                   }
+                   return s_->nccl_locked(ncclGroupEnd(), "ncclGroupEnd (reduce_scatter_v)", w, until);
+                 });
+  }
+
+  Status all_gather(const void *send, void *recv, size_t count, dsrt_dtype dtype, CommHandle *handle) override {
+    DSRT_RETURN_IF_ERROR(check_all_gather_args(*this, send, recv, count, dtype, handle));
+    const size_t bytes = count * dtype_size(dtype), n = static_cast<size_t>(s_->size);
+    std::string what = Format("all_gather (%s, %zu elements per rank)", dtype_name(dtype), count);
+    // In place when send is recv's own block; NCCL accepts exactly that aliasing.
+    const bool in_place = static_cast<const char *>(send) == static_cast<char *>(recv) + s_->rank * bytes;
+    std::vector<Arg> args{{recv, bytes * n, in_place, true}};
+    if (!in_place) args.push_back({const_cast<void *>(send), bytes, true, false});
+    return issue(std::move(what), handle, std::move(args),
+                 [=](const std::vector<Arg> &a, const std::string &w, Clock::time_point until) {
+                   const void *from = in_place ? static_cast<char *>(a[0].dev) + s_->rank * bytes : a[1].dev;
+                   return s_->nccl_locked(ncclAllGather(from, a[0].dev, bytes, ncclUint8, s_->comm, s_->stream),
+                                          "ncclAllGather", w, until);
+                 });
+  }
+
+  Status all_gather_v(const void *send, void *recv, const size_t *counts, dsrt_dtype dtype,
+                      CommHandle *handle) override {
+    DSRT_RETURN_IF_ERROR(check_all_gather_v_args(*this, send, recv, counts, dtype, handle));
+    BlockLayout layout = blocks_from_counts(counts, s_->size);
+    const size_t e = dtype_size(dtype);
+    std::string what = Format("all_gather_v (%s, %zu elements in all, %zu here)", dtype_name(dtype), layout.total,
+                              layout.count[s_->rank]);
+    const bool in_place =
+        static_cast<const char *>(send) == static_cast<char *>(recv) + layout.offset[s_->rank] * e;
+    std::vector<Arg> args{{recv, layout.total * e, in_place, true}};
+    if (!in_place) args.push_back({const_cast<void *>(send), layout.count[s_->rank] * e, true, false});
+    return issue(std::move(what), handle, std::move(args),
+                 [=](const std::vector<Arg> &a, const std::string &w, Clock::time_point until) {
+                   const void *from =
+                       in_place ? static_cast<char *>(a[0].dev) + layout.offset[s_->rank] * e : a[1].dev;
+                   return gather_blocks(from, a[0].dev, layout, e, w, until);
+                 });
+  }
+
+  Status broadcast(void *buffer, size_t count, dsrt_dtype dtype, int root, CommHandle *handle) override {
+    DSRT_RETURN_IF_ERROR(check_broadcast_args(*this, buffer, count, dtype, root, handle));
+    const size_t bytes = count * dtype_size(dtype);
+    std::string what = Format("broadcast (%s, %zu elements, root %d)", dtype_name(dtype), count, root);
+    return issue(std::move(what), handle, {{buffer, bytes, root == s_->rank, true}},
+                 [=](const std::vector<Arg> &a, const std::string &w, Clock::time_point until) {
+                   return s_->nccl_locked(
+                       ncclBroadcast(a[0].dev, a[0].dev, bytes, ncclUint8, root, s_->comm, s_->stream),
+                       "ncclBroadcast", w, until);
+                 });
+  }
+
+  // Control values: host memory staged through the device, blocking.
+  Status all_reduce_f64(double *values, size_t count, ReduceOp op) override {
+    DSRT_RETURN_IF_ERROR(check_control_args("all_reduce_f64", values, count, op));
+    // NCCL's max/min (fmax/fmin) drop NaN: a NaN flag travels alongside and is put back.
+    std::vector<uint64_t> nan_flags(count, 0);
+    for (size_t i = 0; i < count; ++i) nan_flags[i] = std::isnan(values[i]) ? 1 : 0;
+    std::string what = Format("all_reduce_f64 (%zu values, %s)", count, reduce_op_name(op));
+    DSRT_RETURN_IF_ERROR(blocking(std::move(what),
+                                  {{values, count * 8, true, true}, {nan_flags.data(), count * 8, true, true}},
+                                  [=](const std::vector<Arg> &a, const std::string &w, Clock::time_point until) {
+                                    DSRT_RETURN_IF_ERROR(s_->nccl_locked(ncclGroupStart(), "ncclGroupStart", w, until));
+                                    ncclResult_t r1 = ncclAllReduce(a[0].dev, a[0].dev, count, ncclFloat64,
+                                                                    nccl_op(op), s_->comm, s_->stream);
+                                    ncclResult_t r2 = ncclAllReduce(a[1].dev, a[1].dev, count, ncclUint64, ncclMax,
+                                                                    s_->comm, s_->stream);
+                                    ncclResult_t r3 = ncclGroupEnd();
+                                    DSRT_RETURN_IF_ERROR(s_->nccl_locked(r1, "ncclAllReduce (f64)", w, until));
+                                    DSRT_RETURN_IF_ERROR(s_->nccl_locked(r2, "ncclAllReduce (NaN flags)", w, until));
+                                    return s_->nccl_locked(r3, "ncclGroupEnd", w, until);
+                                  }));
+    for (size_t i = 0; i < count; ++i)
+      if (nan_flags[i] != 0) values[i] = std::nan("");
+    return Status::Ok();
+  }
+
+  Status all_reduce_u64(uint64_t *values, size_t count, ReduceOp op) override {
+    DSRT_RETURN_IF_ERROR(check_control_args("all_reduce_u64", values, count, op));
+    std::string what = Format("all_reduce_u64 (%zu values, %s)", count, reduce_op_name(op));
+    return blocking(std::move(what), {{values, count * 8, true, true}},
+                    [=](const std::vector<Arg> &a, const std::string &w, Clock::time_point until) {
+                      return s_->nccl_locked(ncclAllReduce(a[0].dev, a[0].dev, count, ncclUint64, nccl_op(op),
+                                                           s_->comm, s_->stream),
+                                             "ncclAllReduce (u64)", w, until);
+                    });
+  }
+
+  Status broadcast_bytes(void *data, size_t bytes, int root) override {
+    DSRT_RETURN_IF_ERROR(check_broadcast_bytes_args(*this, data, bytes, root));
+    std::string what = Format("broadcast_bytes (%zu bytes, root %d)", bytes, root);
+    return blocking(std::move(what), {{data, bytes, root == s_->rank, true}},
+                    [=](const std::vector<Arg> &a, const std::string &w, Clock::time_point until) {
+                      return s_->nccl_locked(
+                          ncclBroadcast(a[0].dev, a[0].dev, bytes, ncclUint8, root, s_->comm, s_->stream),
+                          "ncclBroadcast (bytes)", w, until);
+                    });
+  }
+
+  Status barrier() override {
+    int32_t token = 1;
+    return blocking("barrier", {{&token, sizeof token, true, true}},
+                    [=](const std::vector<Arg> &a, const std::string &w, Clock::time_point until) {
+                      return s_->nccl_locked(
+                          ncclAllReduce(a[0].dev, a[0].dev, 1, ncclInt32, ncclSum, s_->comm, s_->stream),
+                          "ncclAllReduce (barrier)", w, until);
+                    });
+  }
+
+ private:
+  // The fp32 path for every reduction NCCL would do in 16 bits or without NaN: each rank sends
+  // every peer that peer's block (grouped send/recv, the buffer's own dtype on the wire) and
+  // reduces the copies of its own block with one kernel. Caller holds the mutex.
+  Status reduce_blocks(const void *send, void *recv, const BlockLayout &layout, dsrt_dtype dtype, ReduceOp op,
+                       const std::string &w, Clock::time_point until) {
+    const int me = s_->rank, n = s_->size;
+    const size_t e = dtype_size(dtype), own = layout.count[me], block = own * e;
+    const char *base = static_cast<const char *>(send);
+    void *scratch = nullptr;
+    if (n > 1 && block > 0)
+      DSRT_CUDA_OK(cudaMallocFromPoolAsync(&scratch, block * (n - 1), s_->pool, s_->stream),
+                   w + Format(": %zu bytes of receive scratch", block * (n - 1)));
+    auto free_scratch = [&] {
+      if (scratch != nullptr) cudaFreeAsync(scratch, s_->stream);
+    };
+    Status status = s_->nccl_locked(ncclGroupStart(), "ncclGroupStart", w, until);
+    for (int p = 0; p < n && status.ok(); ++p) {
+      if (p == me) continue;
+      ncclResult_t rc = ncclSuccess;
+      if (layout.count[p] > 0)
+        rc = ncclSend(base + layout.offset[p] * e, layout.count[p] * e, ncclUint8, p, s_->comm, s_->stream);
+      if ((rc == ncclSuccess || rc == ncclInProgress) && block > 0)
+        rc = ncclRecv(static_cast<char *>(scratch) + static_cast<size_t>(p < me ? p : p - 1) * block, block,
+                      ncclUint8, p, s_->comm, s_->stream);
+      if (rc != ncclSuccess && rc != ncclInProgress) {
+        ncclGroupEnd();
+        status = s_->nccl_locked(rc, "ncclSend/ncclRecv", w, until);
+      }
+    }
+    if (status.ok()) status = s_->nccl_locked(ncclGroupEnd(), "ncclGroupEnd (block exchange)", w, until);
+    if (status.ok())
+      status = cuda_reduce_rank_blocks(recv, base + layout.offset[me] * e, scratch, me, n, own, dtype,
+                                       kernel_op(op), s_->stream);
+    free_scratch();
+    if (!status.ok() && !s_->broken) return s_->break_locked(status.with_context(w));
+    return status;
+  }
+
+  // Every rank's block of layout into recv (grouped broadcasts from each owner). Caller holds
+  // the mutex.
+  Status gather_blocks(const void *own, void *recv, const BlockLayout &layout, size_t e, const std::string &w,
+                       Clock::time_point until) {
+    DSRT_RETURN_IF_ERROR(s_->nccl_locked(ncclGroupStart(), "ncclGroupStart", w, until));
+    for (int r = 0; r < s_->size; ++r) {
+      if (layout.count[r] == 0) continue;
+      char *block = static_cast<char *>(recv) + layout.offset[r] * e;
+      const void *from = r == s_->rank ? own : block;
+      ncclResult_t rc = ncclBroadcast(from, block, layout.count[r] * e, ncclUint8, r, s_->comm, s_->stream);
+      if (rc != ncclSuccess && rc != ncclInProgress) {
+        ncclGroupEnd();
+        return s_->nccl_locked(rc, "ncclBroadcast", w, until);
+      }
+    }
+    return s_->nccl_locked(ncclGroupEnd(), "ncclGroupEnd (block gather)", w, until);
+  }
+
+  // Enqueues one collective: ordered after the compute stream, host buffers staged in, body, a
+  // completion event. A failure after anything was enqueued leaves the ranks out of step, so it
+  // breaks the communicator.
+  Status issue(std::string what, CommHandle *handle, std::vector<Arg> args, const Body &body) {
+    *handle = nullptr;
+    const int64_t at_step = step();
+    std::string w = s_->where(what, at_step);
+    Clock::time_point until = deadline_after(s_->timeout_s);
+    std::lock_guard<std::mutex> guard(s_->mutex);
+    if (s_->broken) return s_->broken_error(w);
+    DSRT_CUDA_OK(cudaSetDevice(s_->device), w);
+    bool any_host = false;
+    for (Arg &a : args) {
+      a.dev = a.ptr;
+      if (a.bytes == 0 || a.ptr == nullptr) continue;
+      cudaPointerAttributes attr;
+      DSRT_CUDA_OK(cudaPointerGetAttributes(&attr, a.ptr), w);
+      a.staged = attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged;
+      any_host = any_host || a.staged;
+    }
+    Status status = enqueue_locked(args, any_host, body, w, until);
+    cudaEvent_t done = nullptr;
+    if (status.ok()) status = cuda_status(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate", w);
+    if (status.ok()) status = cuda_status(cudaEventRecord(done, s_->stream), "cudaEventRecord", w);
+    if (!status.ok()) {
+      for (Arg &a : args)
+        if (a.staged && a.dev != a.ptr && a.dev != nullptr) cudaFreeAsync(a.dev, s_->stream);
+      if (done != nullptr) cudaEventDestroy(done);
+      if (!s_->broken) return s_->break_locked(status);
+      return status;
+    }
+    *handle = std::make_unique<NcclRequest>(s_, done, std::move(args), std::move(w), until);
+    return Status::Ok();
+  }
+
+  Status enqueue_locked(std::vector<Arg> &args, bool any_host, const Body &body, const std::string &w,
+                        Clock::time_point until) {
+    if (any_host) {
+      // Copies from pageable host memory synchronize the stream: drain it first, under the deadline.
+      cudaEvent_t idle = nullptr;
+      DSRT_CUDA_OK(cudaEventCreateWithFlags(&idle, cudaEventDisableTiming), w);
+      Status st = cuda_status(cudaEventRecord(idle, s_->stream), "cudaEventRecord", w);
+      s_->mutex.unlock();
+      if (st.ok()) st = s_->wait_event(idle, w + " (waiting for earlier collectives)", until);
+      s_->mutex.lock();
+      cudaEventDestroy(idle);
+      DSRT_RETURN_IF_ERROR(st);
+      if (s_->broken) return s_->broken_error(w);
+    }
+    DSRT_CUDA_OK(cudaEventRecord(s_->ready, s_->compute), w + ": ordering after the compute stream");
+    DSRT_CUDA_OK(cudaStreamWaitEvent(s_->stream, s_->ready, 0), w + ": ordering after the compute stream");
+    for (Arg &a : args) {
+      if (!a.staged) continue;
+      a.dev = nullptr;
+      DSRT_CUDA_OK(cudaMallocFromPoolAsync(&a.dev, a.bytes, s_->pool, s_->stream),
+                   w + Format(": %zu bytes of device memory to stage a host buffer", a.bytes));
+      if (a.in)
+        DSRT_CUDA_OK(cudaMemcpyAsync(a.dev, a.ptr, a.bytes, cudaMemcpyHostToDevice, s_->stream),
+                     w + ": staging a host buffer");
+    }
+    return body(args, w, until);
+  }
+
+  Status blocking(std::string what, std::vector<Arg> args, const Body &body) {
+    CommHandle handle;
+    DSRT_RETURN_IF_ERROR(issue(std::move(what), &handle, std::move(args), body));
+    return handle->wait();
+  }
+
+  std::shared_ptr<Shared> s_;
+};
+
+}  // namespace
+
+Status nccl_unique_id(void *out) {
+  if (out == nullptr) return Error(DSRT_ERR_INVALID_ARGUMENT, "nccl_unique_id: out is NULL");
+  ncclUniqueId id;
+  ncclResult_t rc = ncclGetUniqueId(&id);
+  if (rc != ncclSuccess)
+    return Error(DSRT_ERR_COMM, "ncclGetUniqueId failed: %s (%s); check the network interfaces NCCL may use "
+                                "(NCCL_SOCKET_IFNAME)", ncclGetErrorString(rc), ncclGetLastError(nullptr));
+  std::memcpy(out, &id, sizeof id);
+  return Status::Ok();
+}
+
+Status nccl_comm_create(const void *id, int rank, int world_size, int device, std::shared_ptr<Comm> *out) {
+  if (out == nullptr || id == nullptr) return Error(DSRT_ERR_INVALID_ARGUMENT, "nccl_comm_create: NULL argument");
+  *out = nullptr;
+  if (world_size < 1 || rank < 0 || rank >= world_size)
+    return Error(DSRT_ERR_INVALID_ARGUMENT, "nccl_comm_create: rank %d is not in 0..%d", rank, world_size - 1);
+  int visible = 0;
+  cudaError_t err = cudaGetDeviceCount(&visible);
+  if (err != cudaSuccess || visible == 0) {
+    cudaGetLastError();
+    return Error(DSRT_ERR_DEVICE, "NCCL needs a CUDA GPU, but none is visible to this process (%s): check the "
+                                  "driver, nvidia-smi and CUDA_VISIBLE_DEVICES, or use MPI (dsrt_comm_create_from_env "
+                                  "under mpirun with DSRT_COMM=mpi)",
+                 err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+  }
+  if (device < 0 || device >= visible)
+    return Error(DSRT_ERR_DEVICE, "NCCL rank %d: CUDA device %d does not exist (%d visible)", rank, device, visible);
+  auto shared = std::make_shared<Shared>();
+  shared->rank = rank;
+  shared->size = world_size;
+  shared->device = device;
+  shared->timeout_s = comm_timeout_seconds_from_env();
+  const std::string where = Format("NCCL rank %d of %d on cuda:%d", rank, world_size, device);
+  DSRT_CUDA_OK(cudaSetDevice(device), where);
+  DSRT_CUDA_OK(cudaStreamCreateWithFlags(&shared->stream, cudaStreamNonBlocking), where);
+  DSRT_CUDA_OK(cudaStreamCreateWithFlags(&shared->copy_stream, cudaStreamNonBlocking), where);
+  DSRT_CUDA_OK(cudaEventCreateWithFlags(&shared->ready, cudaEventDisableTiming), where);
+  cudaMemPoolProps props = {};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device;
+  DSRT_CUDA_OK(cudaMemPoolCreate(&shared->pool, &props), where + ": scratch memory pool");
+  uint64_t keep = UINT64_MAX;  // keep freed scratch for the next collective
+  DSRT_CUDA_OK(cudaMemPoolSetAttribute(shared->pool, cudaMemPoolAttrReleaseThreshold, &keep), where);
+
+  ncclUniqueId uid;
+  std::memcpy(&uid, id, sizeof uid);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // creation returns at once and is polled, so a missing rank times out
+  ncclComm_t comm = nullptr;
+  ncclResult_t rc = ncclCommInitRankConfig(&comm, world_size, uid, rank, &config);
+  Clock::time_point until = deadline_after(shared->timeout_s);
+  while (rc == ncclInProgress && comm != nullptr) {
+    if (ncclCommGetAsyncError(comm, &rc) != ncclSuccess) rc = ncclInternalError;
+    if (rc != ncclInProgress) break;
+    if (Clock::now() >= until) {
+      ncclCommAbort(comm);
+      return Error(DSRT_ERR_COMM, "%s: creating the NCCL communicator did not complete within %g s: a rank did not "
+                                  "join (still starting, died, or got another id), or the ranks cannot reach each "
+                                  "other (NCCL_SOCKET_IFNAME, NCCL_DEBUG=INFO tells more)",
+                   where.c_str(), shared->timeout_s);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (rc != ncclSuccess) {
+    std::string detail = comm != nullptr ? ncclGetLastError(comm) : ncclGetLastError(nullptr);
+    if (comm != nullptr) ncclCommAbort(comm);
+    return Error(DSRT_ERR_COMM, "%s: ncclCommInitRankConfig failed: %s (%s)%s", where.c_str(), ncclGetErrorString(rc),
+                 detail.c_str(),
+                 rc == ncclInvalidUsage ? "; two ranks on one GPU are refused by NCCL: give each rank its own GPU or "
+                                          "use DSRT_COMM=staged under mpirun"
+                                        : "");
+  }
+  shared->comm = comm;
+  log_set_rank(rank);
+  *out = std::make_shared<NcclComm>(std::move(shared));
+  return Status::Ok();
+}
+
+}  // namespace dsrt
+
+#endif  // DSRT_HAVE_NCCL
