@@ -264,6 +264,8 @@ Status Engine::allocate_states() {
   if (stages_through_host()) {
     DSRT_RETURN_IF_ERROR(device_->allocate_pinned(part * sizeof(float), &host_grads_)
                              .with_context("allocating the host gradient partition (optimizer offload)"));
+    // Padding is never copied from the device; the norm reads it, so it must be zero.
+    std::memset(host_grads_.data(), 0, part * sizeof(float));
     DSRT_RETURN_IF_ERROR(device_->allocate_pinned(part * dtype_size(working_dtype()), &host_working_)
                              .with_context("allocating the host working-copy staging (optimizer offload)"));
   }
@@ -327,6 +329,16 @@ Status Engine::build_impl() {
   ro.prescale_gradients = config_.prescale_gradients;
   ro.predivide_factor = config_.gradient_predivide_factor;
   ro.accumulation_steps = config_.gradient_accumulation_steps;
+  if (stages_through_host()) {
+    // Each range of the gradient partition goes to host memory as soon as it is final, while the
+    // host's backward goes on (DeepSpeed's ZeRO-Offload overlaps this copy with backward too).
+    ro.on_final_range = [this](int64_t part_offset, int64_t count) {
+      return device_
+          ->copy(host_grads_.as<float>() + part_offset, reducer_.grad_partition() + part_offset,
+                 static_cast<size_t>(count) * sizeof(float), nullptr)
+          .with_context("copying reduced gradients to host memory (offload_optimizer)");
+    };
+  }
   DSRT_RETURN_IF_ERROR(reducer_.init(&part_, comm_.get(), device_.get(), backend_.get(), ro));
 
   if (!part_.flat()) {

@@ -125,6 +125,8 @@ class Engine {
   bool param_nvme_offload() const { return param_nvme_ != nullptr; }  // offload_param "nvme"
   NvmeSwapper *param_nvme_swapper() const { return param_nvme_.get(); }
   const GradReducer &grad_reducer() const { return reducer_; }
+  // offload_optimizer: the host copy of the fp32 gradient partition (nullptr without offload).
+  const float *host_grad_partition() const { return host_grads_.as<float>(); }
   const ParamCoordinator *param_coordinator() const { return coordinator_.get(); }  // stage 3 only
   Status refresh_working_copies();
   const EngineCounters &counters() const { return counters_; }

@@ -74,6 +74,8 @@ const float *Engine::step_grads() const {
 
 Status Engine::stage_host_grads() {
   if (!stages_through_host()) return Status::Ok();
+  // Normally every range was copied as it became final; only wait for those copies.
+  if (reducer_.final_ranges_delivered()) return device_->synchronize(nullptr);
   const size_t bytes = static_cast<size_t>(part_.partition_elems()) * sizeof(float);
   DSRT_RETURN_IF_ERROR(device_->copy(host_grads_.data(), reducer_.grad_partition(), bytes, nullptr)
                            .with_context("step: copying the gradient partition to host memory (offload_optimizer cpu)"));

@@ -265,6 +265,8 @@ Status GradReducer::complete(InFlight &op) {
   const size_t csize = dtype_size(cdt);
   float *accum = accumulator_.as<float>();
   const bool scattered = options_.reduce_scatter && world_ > 1;
+  // Ranges of the partition this bucket finished: final for the window on its last micro-step.
+  std::vector<ElemRange> finished;
 
   if (part_->stage() == 2) {
     const FlatLayout &flat = part_->flat_layout();
@@ -280,6 +282,7 @@ Status GradReducer::complete(InFlight &op) {
         src = reduced + (mine.begin - range.begin) * static_cast<int64_t>(csize);
       }
       DSRT_RETURN_IF_ERROR(add_into(accum + (mine.begin - partition.begin), src, cdt, static_cast<size_t>(mine.size()), 1.0f));
+      finished.push_back({mine.begin - partition.begin, mine.end - partition.begin});
     }
     give_buffer(std::move(bucket.buffer));
   } else {
@@ -293,9 +296,11 @@ Status GradReducer::complete(InFlight &op) {
     }
     for (size_t t = bucket.first; t < bucket.last; ++t) {
       const ElemRange owned = shards.owned_range(t, rank_);
-      if (!owned.empty())
+      if (!owned.empty()) {
         DSRT_RETURN_IF_ERROR(add_into(accum + shards.shard_offset(t), base + pos * static_cast<int64_t>(csize), cdt,
                                       static_cast<size_t>(owned.size()), 1.0f));
+        finished.push_back({shards.shard_offset(t), shards.shard_offset(t) + owned.size()});
+      }
       pos += shards.shard_size(t);
     }
   }
@@ -304,7 +309,14 @@ Status GradReducer::complete(InFlight &op) {
   give_buffer(std::move(op.send));
   give_buffer(std::move(op.recv));
   reduce_seconds_ += now_seconds() - start;
+  if (last_micro_step())
+    for (const ElemRange &range : finished) DSRT_RETURN_IF_ERROR(deliver_final(range.begin, range.size()));
   return Status::Ok();
+}
+
+Status GradReducer::deliver_final(int64_t part_offset, int64_t count) {
+  if (!options_.on_final_range || count <= 0) return Status::Ok();
+  return options_.on_final_range(part_offset, count);
 }
 
 Status GradReducer::finish_micro_step() {
@@ -327,28 +339,36 @@ Status GradReducer::finish_micro_step() {
     give_buffer(std::move(bucket.buffer));
   }
   std::fill(tensor_state_.begin(), tensor_state_.end(), 0);
+  if (part_->stage() >= 2 && last_micro_step()) final_delivered_ = true;
   first_micro_step_ = false;
+  micro_in_window_ += 1;
   next_issue_ = 0;
   return Status::Ok();
 }
 
 Status GradReducer::reduce_accumulator() {
-  if (part_->stage() >= 2 || world_ == 1) return Status::Ok();
+  if (part_->stage() >= 2) return Status::Ok();
   const double start = now_seconds();
   const FlatLayout &flat = part_->flat_layout();
+  const ElemRange partition = part_->stage() == 0 ? ElemRange{0, flat.total()} : flat.partition(rank_);
   float *accum = accumulator_.as<float>();
   const int64_t total = flat.total();
   const int64_t chunk = std::max<int64_t>(1, options_.bucket_elems);
   for (int64_t a = 0; a < total; a += chunk) {
     const ElemRange range{a, std::min(total, a + chunk)};
+    const ElemRange mine = intersect(range, partition);
+    if (world_ == 1) {
+      DSRT_RETURN_IF_ERROR(deliver_final(mine.begin - partition.begin, mine.size()));
+      continue;
+    }
     if (part_->stage() == 0 || !options_.reduce_scatter) {
       DSRT_RETURN_IF_ERROR(comm_->all_reduce_sync(accum + a, static_cast<size_t>(range.size()), DSRT_F32, ReduceOp::Sum)
                                .with_context("all-reducing accumulated gradients"));
+      DSRT_RETURN_IF_ERROR(deliver_final(mine.begin - partition.begin, mine.size()));
       continue;
     }
     std::vector<size_t> counts(static_cast<size_t>(world_));
     for (int r = 0; r < world_; ++r) counts[r] = static_cast<size_t>(intersect(range, flat.partition(r)).size());
-    const ElemRange mine = intersect(range, flat.partition(rank_));
     DeviceBuffer recv;
     DSRT_RETURN_IF_ERROR(take_buffer(std::max<size_t>(counts[rank_], 1) * sizeof(float), &recv));
     CommHandle handle;
@@ -360,7 +380,9 @@ Status GradReducer::reduce_accumulator() {
                                          nullptr));
     DSRT_RETURN_IF_ERROR(device_->synchronize(nullptr));
     give_buffer(std::move(recv));
+    DSRT_RETURN_IF_ERROR(deliver_final(mine.begin - partition.begin, mine.size()));
   }
+  final_delivered_ = true;
   reduce_seconds_ += now_seconds() - start;
   return Status::Ok();
 }
@@ -369,6 +391,8 @@ void GradReducer::zero_accumulator() {
   // No pass over memory: the next micro-step overwrites every element that carries data (each is
   // covered by exactly one bucket per micro-step); padding is never written and stays zero.
   first_micro_step_ = true;
+  micro_in_window_ = 0;
+  final_delivered_ = false;
 }
 
 Status GradReducer::add_into(float *dst, const void *src, dsrt_dtype dtype, size_t n, float scale) {

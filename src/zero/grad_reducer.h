@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <vector>
 
 #include "comm/comm.h"
@@ -45,6 +46,12 @@ struct ReducerOptions {
   bool prescale_gradients = false;
   double predivide_factor = 1.0;
   int64_t accumulation_steps = 1;
+  // Called on the last micro-step of an accumulation window for each range of grad_partition()
+  // (part_offset, count in elements) as soon as its value for the window is final: per bucket as
+  // its collective completes at stages 2-3 (so during backward with overlap_comm), per reduced
+  // chunk of the boundary reduction at stages 0-1. ZeRO-Offload copies each range to host memory
+  // here, overlapping the copy with the rest of backward. May be empty.
+  std::function<Status(int64_t part_offset, int64_t count)> on_final_range;
 };
 
 class GradReducer {
@@ -68,6 +75,9 @@ class GradReducer {
   Status reduce_accumulator();
   // Start a new accumulation window after the optimizer step (or a skipped one).
   void zero_accumulator();
+  // Whether on_final_range has been called for every range of this window's gradient partition
+  // (so a consumer need not copy the partition again at the boundary).
+  bool final_ranges_delivered() const { return final_delivered_ && static_cast<bool>(options_.on_final_range); }
 
   // This rank's accumulated gradient in partition coordinates (OwnedSegment::part_offset), fp32,
   // partition_elems() long, padding zero.
@@ -111,6 +121,8 @@ class GradReducer {
   Status complete(InFlight &op);
   // dst (+)= src * scale: the first micro-step after a boundary overwrites instead of adding.
   Status add_into(float *dst, const void *src, dsrt_dtype dtype, size_t n, float scale);
+  bool last_micro_step() const { return micro_in_window_ + 1 >= options_.accumulation_steps; }
+  Status deliver_final(int64_t part_offset, int64_t count);
 
   const Partitioning *part_ = nullptr;
   Comm *comm_ = nullptr;
@@ -130,6 +142,8 @@ class GradReducer {
   size_t pool_buffers_ = 0;
   DeviceBuffer accumulator_;           // fp32
   bool first_micro_step_ = true;       // of the current accumulation window
+  int64_t micro_in_window_ = 0;        // micro-steps finished in the current window
+  bool final_delivered_ = false;       // on_final_range covered this window's partition
   double reduce_seconds_ = 0;
 };
 

@@ -21,6 +21,8 @@ struct OffloadCpuCase {
   int stage;
   dsrt_dtype working;  // DSRT_F32, DSRT_BF16 or DSRT_F16 (fp16: dynamic loss scaling, 2 micro-steps)
   OptimizerType optimizer = OptimizerType::AdamW;
+  int accumulation = 1;  // gradient_accumulation_steps (fp16 cases use 2)
+  bool overlap = false;  // overlap_comm
 };
 
 inline const std::vector<std::vector<int64_t>> &offload_cpu_shapes() {
@@ -52,10 +54,9 @@ inline void run_offload_cpu_case(const OffloadCpuCase &c, const std::shared_ptr<
   config.optimizer.type = c.optimizer;
   config.bf16_enabled = c.working == DSRT_BF16;
   const bool fp16 = c.working == DSRT_F16;
-  if (fp16) {
-    config.fp16.enabled = true;
-    config.gradient_accumulation_steps = 2;
-  }
+  config.gradient_accumulation_steps = fp16 ? 2 : c.accumulation;
+  config.zero.overlap_comm = c.overlap;
+  if (fp16) config.fp16.enabled = true;
   std::unique_ptr<Engine> reference, offloaded;
   Status s = make_engine(config, comm, offload_cpu_shapes(), &reference);
   ASSERT_TRUE(s.ok()) << s.message();
@@ -63,7 +64,7 @@ inline void run_offload_cpu_case(const OffloadCpuCase &c, const std::shared_ptr<
   s = make_engine(config, comm, offload_cpu_shapes(), &offloaded);
   ASSERT_TRUE(s.ok()) << s.message();
 
-  const int steps = fp16 ? 8 : 4;
+  const int steps = fp16 ? 8 : 4 * c.accumulation;
   train(*reference, steps);
   train(*offloaded, steps);
   EXPECT_GE(offloaded->counters().applied_steps, 3);
@@ -129,6 +130,10 @@ inline std::vector<OffloadCpuCase> offload_cpu_cases() {
   cases.push_back({1, DSRT_BF16, OptimizerType::Lamb});
   cases.push_back({3, DSRT_F32, OptimizerType::Lamb});
   cases.push_back({2, DSRT_BF16, OptimizerType::SGD});
+  // Accumulation windows, with and without overlapped reduction: the host copy of each range is
+  // taken on the window's last micro-step only.
+  for (int stage : {1, 2, 3}) cases.push_back({stage, DSRT_BF16, OptimizerType::AdamW, 3, true});
+  cases.push_back({3, DSRT_F32, OptimizerType::AdamW, 3, false});
   return cases;
 }
 

@@ -5,6 +5,8 @@
 // AdamW, Lamb and SGD. The multi-rank version is tests/mpi/mpi_engine_offload_cpu.cpp.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "engine_offload_cpu_cases.h"
 
 namespace dsrt {
@@ -18,6 +20,56 @@ TEST(EngineOffloadCpu, MatchesNoOffloadBitwise) {
     std::shared_ptr<Comm> comm;
     ASSERT_TRUE(comm_create_local(&comm).ok());
     run_offload_cpu_case(c, comm);
+  }
+}
+
+// The reduced gradients reach host memory bucket by bucket during the window's last micro-step
+// (stages 2-3), not in one copy at the boundary; stage 1 reduces at the boundary, so its copy
+// happens inside step. Earlier micro-steps of the window copy nothing.
+TEST(EngineOffloadCpu, GradientsReachHostAsBucketsComplete) {
+  for (int stage : {1, 2, 3}) {
+    for (bool overlap : {false, true}) {
+      SCOPED_TRACE(Format("stage %d overlap_comm %d", stage, overlap));
+      TrainConfig config = base_config(stage);
+      config.gradient_accumulation_steps = 2;
+      config.zero.overlap_comm = overlap;
+      config.zero.offload_optimizer.device = OffloadDevice::Cpu;
+      std::shared_ptr<Comm> comm;
+      ASSERT_TRUE(comm_create_local(&comm).ok());
+      std::unique_ptr<Engine> engine;
+      Status s = make_engine(config, comm, offload_cpu_shapes(), &engine);
+      ASSERT_TRUE(s.ok()) << s.message();
+      const size_t n = static_cast<size_t>(engine->partitioning().partition_elems());
+      const float *host = engine->host_grad_partition();
+      ASSERT_NE(host, nullptr);
+      auto nonzero = [&] {
+        size_t count = 0;
+        for (size_t i = 0; i < n; ++i) count += host[i] != 0.0f;
+        return count;
+      };
+
+      host_micro_step(*engine, 1);
+      EXPECT_EQ(nonzero(), 0u) << "the first micro-step of the window copied gradients to the host";
+      ASSERT_TRUE(engine->step(nullptr).ok());
+      EXPECT_EQ(nonzero(), 0u);
+
+      host_micro_step(*engine, 2);
+      const size_t before_step = nonzero();
+      if (stage == 1) {
+        EXPECT_EQ(before_step, 0u);
+      } else if (!overlap) {
+        // Every bucket completed as its last tensor was signalled: the host copy is whole.
+        EXPECT_GT(before_step, n / 2);
+        EXPECT_EQ(std::memcmp(host, engine->grad_reducer().grad_partition(), n * sizeof(float)), 0);
+      } else {
+        // Overlapped: buckets still in flight complete inside step; the earlier ones are there.
+        EXPECT_GT(before_step, 0u);
+      }
+      ASSERT_TRUE(engine->step(nullptr).ok());
+      EXPECT_GT(nonzero(), n / 2);
+      EXPECT_EQ(std::memcmp(host, engine->grad_reducer().grad_partition(), n * sizeof(float)), 0);
+      EXPECT_EQ(engine->counters().applied_steps, 1);
+    }
   }
 }
 
