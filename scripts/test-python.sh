@@ -14,7 +14,7 @@ if [ ! -f "$build/python/dsrt/capi.py" ]; then
 fi
 
 $py -m pytest -q -p no:cacheprovider tests/python/test_python_binding.py tests/python/test_torch_front.py tests/python/test_examples.py \
-  tests/python/test_ckpt_interop.py
+  tests/python/test_deepspeed_script.py tests/python/test_ckpt_interop.py
 
 mpi_flags=(--oversubscribe --bind-to none --mca btl self,vader)
 [ "$(id -u)" -eq 0 ] && mpi_flags+=(--allow-run-as-root)

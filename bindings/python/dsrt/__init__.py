@@ -4,7 +4,8 @@ Low-level objects (any framework): Config, Comm, Engine, Tensor, Checkpoint, wit
 dsrt.Error subclasses. The raw SWIG module is dsrt.capi.
 
 DeepSpeed-shaped PyTorch front: a DeepSpeed script ports by changing `import deepspeed` to
-`import dsrt as deepspeed`: initialize(), engine.backward(), engine.step(), GatheredParameters.
+`import dsrt as deepspeed`: init_distributed(), add_config_arguments(), initialize(),
+engine.backward(), engine.step(), zero.Init, zero.GatheredParameters.
 """
 
 from . import capi
@@ -12,6 +13,7 @@ from ._core import (BF16, F16, F32, BufferView, Checkpoint, CheckpointError, Com
                     ConfigError, DeviceError, Engine, Error, InternalError, InvalidArgumentError, IOError,
                     OutOfMemoryError, StateError, StepResult, Tensor, UnsupportedError, has_feature,
                     set_log_callback, version)
+from .distributed import add_config_arguments, init_distributed
 
 __version__ = capi.dsrt_version_string()
 

@@ -20,11 +20,14 @@ import io
 import json
 import os
 import pickle
+import sys
+import warnings
 
 import torch
 
 from . import _core
-from ._core import Comm, Config, Engine, StateError
+from ._core import Comm, Config, Engine
+from .facades import _OptimizerFacade, _SchedulerFacade
 
 _TORCH_DTYPES = {_core.F32: torch.float32, _core.F16: torch.float16, _core.BF16: torch.bfloat16}
 
@@ -136,37 +139,6 @@ def _visit_tensors(value, fn):
     return value
 
 
-class _OptimizerFacade:
-    """What DeepSpeed returns as the optimizer: param_groups with the current lr; dsrt steps it."""
-
-    def __init__(self, engine):
-        self._engine = engine
-        self.param_groups = [{"params": [p for _, p in engine._params], "lr": engine.get_lr()[0]}]
-
-    def zero_grad(self, set_to_none=True):
-        pass  # dsrt zeroes its gradient buffers at every micro-step
-
-    def step(self, closure=None):
-        raise StateError(_core.capi.DSRT_ERR_STATE, "call engine.step(), which runs the optimizer at the "
-                         "accumulation boundary, instead of optimizer.step()")
-
-
-class _SchedulerFacade:
-    """What DeepSpeed returns as lr_scheduler: get_last_lr(); dsrt steps it inside engine.step()."""
-
-    def __init__(self, engine):
-        self._engine = engine
-
-    def get_last_lr(self):
-        return self._engine.get_lr()
-
-    def get_lr(self):
-        return self._engine.get_lr()
-
-    def step(self, *args, **kwargs):
-        pass  # stepped by engine.step() after every applied optimizer step, as DeepSpeed's engine does
-
-
 @contextlib.contextmanager
 def _engine_device_of(model):
     """dsrt's working copies become param.data, so the engine must live where the model computes:
@@ -216,6 +188,7 @@ class DsrtEngine(torch.nn.Module):
             self._params[0][0].release()
         self._by_param = {id(p): t for t, p in self._params}
         self._micro_steps = 0
+        self._last_boundary = None
         self._gathered = {}  # id(param) -> count of acquires held by this front
         self._hooks = []
         for tensor, param in self._params:
@@ -349,6 +322,8 @@ class DsrtEngine(torch.nn.Module):
     def step(self):
         """After every micro-step; the optimizer runs at the gradient-accumulation boundary."""
         self.last_step = self._engine.step()
+        if self.last_step.boundary:
+            self._last_boundary = self.last_step
         self._micro_steps += 1
         if self.stage == 3:
             # parameters gathered for a backward that never reached them (unused outputs)
@@ -380,6 +355,50 @@ class DsrtEngine(torch.nn.Module):
     def global_rank(self):
         return self._comm.rank if self._comm else 0
 
+    @property
+    def local_rank(self):
+        for name in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"):
+            if name in os.environ:
+                return int(os.environ[name])
+        return 0
+
+    @property
+    def device(self):
+        """Where the working copies (param.data) live: move inputs here."""
+        kind, index = self._engine.device
+        return torch.device("cuda", index) if kind == _core.capi.DSRT_DEVICE_CUDA else torch.device("cpu")
+
+    def zero_grad(self):
+        # Gradients live in dsrt's buffers; param.grad is only a transit the hooks empty.
+        for _, param in self._params:
+            param.grad = None
+
+    def gradient_accumulation_steps(self):
+        return self.gradient_accumulation_steps_
+
+    def train_micro_batch_size_per_gpu(self):
+        return int(self._config.get_number("train_micro_batch_size_per_gpu"))
+
+    def train_batch_size(self):
+        return int(self._config.get_number("train_batch_size"))
+
+    def zero_optimization_stage(self):
+        return self.stage
+
+    def fp16_enabled(self):
+        return self.dtype == torch.float16
+
+    def bfloat16_enabled(self):
+        return self.dtype == torch.bfloat16
+
+    def get_global_grad_norm(self):
+        """The gradient norm of the last boundary (before clipping), None before the first."""
+        return self._last_boundary.grad_norm if self._last_boundary is not None else None
+
+    def was_step_applied(self):
+        """Whether the last boundary ran the optimizer (False when it was skipped on overflow)."""
+        return self._last_boundary is not None and not self._last_boundary.overflow
+
     def train(self, mode=True):
         self.module.train(mode)
         return self
@@ -401,7 +420,13 @@ class DsrtEngine(torch.nn.Module):
         return True
 
     def load_checkpoint(self, load_dir, tag=None, **kwargs):
-        """Returns (load_path, client_state) like DeepSpeed."""
+        """Returns (load_path, client_state) like DeepSpeed. As DeepSpeed does, a folder without a
+        `latest` file and no tag is not an error (scripts call this to resume if they can): it
+        warns and returns (None, None). Any other failure raises (CheckpointError, IOError...)."""
+        if tag is None and not os.path.isfile(os.path.join(os.fspath(load_dir), "latest")):
+            warnings.warn("load_checkpoint: no 'latest' file in %s, so nothing was loaded; pass tag= to load "
+                          "a particular checkpoint" % os.fspath(load_dir), stacklevel=2)
+            return None, None
         self._engine.load_checkpoint(load_dir, tag)
         blob = self._engine.client_state
         client_state = pickle.loads(blob) if blob else {}
@@ -541,6 +566,33 @@ def register_external_parameter(module, param):
     front._hook_module(module)
 
 
+_INIT_NOTE_SHOWN = []
+
+
+class _ZeroInit:
+    """deepspeed.zero.Init. DeepSpeed partitions each parameter while its module is constructed, so
+    the whole model never exists on one rank. dsrt partitions when initialize() registers the
+    model: inside this context the model is still built whole in host memory first (the peak is
+    the full model once, before initialize). The context takes DeepSpeed's arguments so ZeRO-3
+    scripts run unchanged, and says once (on stderr) what it does not do."""
+
+    def __init__(self, module=None, data_parallel_group=None, mem_efficient_linear=True, remote_device=None,
+                 pin_memory=False, config_dict_or_path=None, config=None, enabled=True, dtype=None, mpu=None,
+                 **kwargs):
+        self.enabled = enabled
+
+    def __enter__(self):
+        if self.enabled and not _INIT_NOTE_SHOWN:
+            _INIT_NOTE_SHOWN.append(True)
+            print("dsrt: zero.Init builds the model whole in host memory; dsrt partitions it when "
+                  "initialize() registers it", file=sys.stderr)
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
 class zero:  # noqa: N801 - mirrors deepspeed.zero
+    Init = _ZeroInit
     GatheredParameters = GatheredParameters
     register_external_parameter = staticmethod(register_external_parameter)

@@ -1,0 +1,36 @@
+"""The optimizer and lr_scheduler objects DeepSpeed's initialize() returns beside the engine:
+dsrt steps both inside engine.step(), so these only report and redirect."""
+
+from . import _core
+from ._core import StateError
+
+
+class _OptimizerFacade:
+    """What DeepSpeed returns as the optimizer: param_groups with the current lr; dsrt steps it."""
+
+    def __init__(self, engine):
+        self._engine = engine
+        self.param_groups = [{"params": [p for _, p in engine._params], "lr": engine.get_lr()[0]}]
+
+    def zero_grad(self, set_to_none=True):
+        pass  # dsrt zeroes its gradient buffers at every micro-step
+
+    def step(self, closure=None):
+        raise StateError(_core.capi.DSRT_ERR_STATE, "call engine.step(), which runs the optimizer at the "
+                         "accumulation boundary, instead of optimizer.step()")
+
+
+class _SchedulerFacade:
+    """What DeepSpeed returns as lr_scheduler: get_last_lr(); dsrt steps it inside engine.step()."""
+
+    def __init__(self, engine):
+        self._engine = engine
+
+    def get_last_lr(self):
+        return self._engine.get_lr()
+
+    def get_lr(self):
+        return self._engine.get_lr()
+
+    def step(self, *args, **kwargs):
+        pass  # stepped by engine.step() after every applied optimizer step, as DeepSpeed's engine does
