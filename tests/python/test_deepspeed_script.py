@@ -190,3 +190,51 @@ def test_engine_methods_scripts_call(stage, tmp_path):
     with pytest.raises(dsrt.Error):
         engine.load_checkpoint(tmp_path / "ckpt")
     engine.close()
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_load_module_only(stage, tmp_path):
+    """Weights alone into a fresh engine (DeepSpeed's fine-tuning route): fp32 values equal, step
+    count and schedule fresh; strict by name unless told otherwise; the other partial loads refuse."""
+    config = {"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW", "params": {"lr": 0.05}},
+              "zero_optimization": {"stage": stage}}
+    torch.manual_seed(1)
+    trained, *_ = dsrt.initialize(model=Net(), config=config, comm=dsrt.Comm.local())
+    generator = torch.Generator().manual_seed(2)
+    for _ in range(3):
+        x, y = torch.randn(4, 6, generator=generator), torch.randn(4, 3, generator=generator)
+        trained.backward(torch.nn.functional.mse_loss(trained(x), y))
+        trained.step()
+    trained.save_checkpoint(tmp_path / "ckpt", client_state={"note": "pretrained"})
+    names = [name for name, _ in trained.module.named_parameters()]
+
+    torch.manual_seed(9)
+    fresh, *_ = dsrt.initialize(model=Net(), config=config, comm=dsrt.Comm.local())
+    before = {name: fresh.get_fp32_param(name).clone() for name in names}
+    with pytest.raises(dsrt.UnsupportedError, match="load_module_only"):
+        fresh.load_checkpoint(tmp_path / "ckpt", load_optimizer_states=False)
+    path, client_state = fresh.load_checkpoint(tmp_path / "ckpt", load_module_only=True)
+    assert client_state == {"note": "pretrained"}
+    for name in names:
+        assert not torch.equal(before[name], trained.get_fp32_param(name))
+        assert torch.equal(fresh.get_fp32_param(name), trained.get_fp32_param(name)), name
+    assert fresh.global_steps == 0 and trained.global_steps == 3
+    # The loaded weights are the ones the model computes with.
+    x = torch.randn(4, 6, generator=generator)
+    assert torch.allclose(fresh(x), trained(x))
+
+    class Wider(Net):
+        def __init__(self):
+            super().__init__()
+            self.extra = torch.nn.Linear(3, 2)
+
+    other, *_ = dsrt.initialize(model=Wider(), config=config, comm=dsrt.Comm.local())
+    extra_before = other.get_fp32_param("extra.weight").clone()
+    with pytest.raises(dsrt.CheckpointError, match="extra.weight"):
+        other.load_checkpoint(tmp_path / "ckpt", load_module_only=True)
+    assert not torch.equal(other.get_fp32_param("fc1.weight"), trained.get_fp32_param("fc1.weight"))
+    other.load_checkpoint(tmp_path / "ckpt", load_module_only=True, load_module_strict=False)
+    assert torch.equal(other.get_fp32_param("fc1.weight"), trained.get_fp32_param("fc1.weight"))
+    assert torch.equal(other.get_fp32_param("extra.weight"), extra_before)
+    for engine in (trained, fresh, other):
+        engine.close()

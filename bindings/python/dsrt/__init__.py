@@ -20,7 +20,10 @@ __version__ = capi.dsrt_version_string()
 
 def __getattr__(name):
     # The PyTorch front is imported lazily so the low-level API works without torch.
-    if name in ("initialize", "DsrtEngine", "GatheredParameters", "zero"):
+    if name in ("initialize", "DsrtEngine"):
         from . import torch_front
         return getattr(torch_front, name)
+    if name in ("GatheredParameters", "zero"):
+        from . import zero_front
+        return getattr(zero_front, name)
     raise AttributeError("module 'dsrt' has no attribute %r" % name)

@@ -16,11 +16,8 @@ parameters are empty outside the forward/backward of their module: module hooks 
 
 import contextlib
 import inspect
-import io
-import json
 import os
 import pickle
-import sys
 import warnings
 
 import torch
@@ -419,18 +416,72 @@ class DsrtEngine(torch.nn.Module):
         self._engine.save_checkpoint(save_dir, tag)
         return True
 
-    def load_checkpoint(self, load_dir, tag=None, **kwargs):
+    def load_checkpoint(self, load_dir, tag=None, load_module_strict=True, load_optimizer_states=True,
+                        load_lr_scheduler_states=True, load_module_only=False, custom_load_fn=None):
         """Returns (load_path, client_state) like DeepSpeed. As DeepSpeed does, a folder without a
         `latest` file and no tag is not an error (scripts call this to resume if they can): it
-        warns and returns (None, None). Any other failure raises (CheckpointError, IOError...)."""
-        if tag is None and not os.path.isfile(os.path.join(os.fspath(load_dir), "latest")):
+        warns and returns (None, None). load_module_only=True loads the weights alone (fresh
+        optimizer states, schedule and step count), strictly by name unless load_module_strict is
+        False. dsrt restores everything else together: the other partial loads raise
+        UnsupportedError. Any failure raises (CheckpointError, IOError...) with the engine unchanged."""
+        load_dir = os.fspath(load_dir)
+        if custom_load_fn is not None:
+            raise _core.UnsupportedError(_core.capi.DSRT_ERR_UNSUPPORTED,
+                                         "load_checkpoint(custom_load_fn=...): dsrt reads its own checkpoint format")
+        if tag is None and not os.path.isfile(os.path.join(load_dir, "latest")):
             warnings.warn("load_checkpoint: no 'latest' file in %s, so nothing was loaded; pass tag= to load "
-                          "a particular checkpoint" % os.fspath(load_dir), stacklevel=2)
+                          "a particular checkpoint" % load_dir, stacklevel=2)
             return None, None
+        if load_module_only:
+            return self._load_weights(load_dir, tag, load_module_strict)
+        if not (load_optimizer_states and load_lr_scheduler_states):
+            raise _core.UnsupportedError(
+                _core.capi.DSRT_ERR_UNSUPPORTED,
+                "load_checkpoint(load_optimizer_states=%s, load_lr_scheduler_states=%s): dsrt restores the "
+                "optimizer states, schedule and counters together; pass load_module_only=True to load the "
+                "weights alone" % (load_optimizer_states, load_lr_scheduler_states))
         self._engine.load_checkpoint(load_dir, tag)
         blob = self._engine.client_state
         client_state = pickle.loads(blob) if blob else {}
-        return os.fspath(load_dir), client_state
+        return load_dir, client_state
+
+    def _load_weights(self, load_dir, tag, strict):
+        reader = _core.Checkpoint(load_dir, tag)
+        try:
+            stored = set(reader.names())
+            mine = self._engine.tensors
+            missing, unexpected = sorted(set(mine) - stored), sorted(stored - set(mine))
+            if strict and (missing or unexpected):
+                raise _core.CheckpointError(
+                    _core.capi.DSRT_ERR_CHECKPOINT,
+                    "load_checkpoint(load_module_only=True): the checkpoint in %s does not match the model "
+                    "(missing: %s; unexpected: %s); pass load_module_strict=False to load the common tensors"
+                    % (load_dir, ", ".join(missing) or "none", ", ".join(unexpected) or "none"))
+            values = {}
+            for name, tensor in mine.items():
+                if name not in stored:
+                    continue
+                if tuple(reader.shape(name)) != tuple(tensor.shape):
+                    raise _core.CheckpointError(
+                        _core.capi.DSRT_ERR_CHECKPOINT,
+                        "load_checkpoint: %s has shape %r in the checkpoint and %r in the model"
+                        % (name, tuple(reader.shape(name)), tuple(tensor.shape)))
+                values[name] = reader.read(name)
+        finally:
+            reader.close()
+        # Every value is read and checked before the first is written: a bad checkpoint changes nothing.
+        for name, value in values.items():
+            mine[name].write_fp32(value)
+        tag_dir = tag
+        if tag_dir is None:
+            with open(os.path.join(load_dir, "latest")) as f:
+                tag_dir = f.read().strip()
+        client_path = os.path.join(load_dir, tag_dir, "client_state.bin")
+        client_state = {}
+        if os.path.isfile(client_path) and os.path.getsize(client_path) > 0:
+            with open(client_path, "rb") as f:
+                client_state = pickle.loads(f.read())
+        return load_dir, client_state
 
     def save_16bit_model(self, save_dir, save_filename="model.safetensors"):
         os.makedirs(save_dir, exist_ok=True)
@@ -445,59 +496,6 @@ class DsrtEngine(torch.nn.Module):
             hook.remove()
         self._hooks = []
         self._engine.close()
-
-
-class GatheredParameters:
-    """with dsrt.GatheredParameters(params, modifier_rank=None): full working copies inside the block.
-
-    Under ZeRO-3, params are gathered on entry and released on exit. With modifier_rank set, the
-    values that rank holds at exit are written back (as fp32 master and working copy) on every rank.
-    """
-
-    def __init__(self, params, modifier_rank=None, enabled=True):
-        if isinstance(params, torch.nn.Parameter):
-            params = [params]
-        self.params = list(params)
-        self.modifier_rank = modifier_rank
-        self.enabled = enabled
-        self._engine = None
-
-    def _front(self, param):
-        return getattr(param, "_dsrt_front", None)
-
-    def __enter__(self):
-        if not self.enabled:
-            return self
-        for param in self.params:
-            front = self._front(param)
-            if front is not None:
-                front._acquire_param(param)
-        return self
-
-    def __exit__(self, *exc):
-        if not self.enabled:
-            return False
-        for param in self.params:
-            front = self._front(param)
-            if front is None:
-                continue
-            if self.modifier_rank is not None and exc[0] is None:
-                value = param.detach().to(torch.float32).contiguous()
-                if front.world_size > 1:
-                    _broadcast_from(value, self.modifier_rank)
-                front._by_param[id(param)].write_fp32(value.numpy())
-            front._release_param(param)
-        return False
-
-
-def _broadcast_from(value, rank):
-    """write_fp32 needs the same value on every rank: take the modifier rank's through torch.distributed."""
-    import torch.distributed as dist
-    if not (dist.is_available() and dist.is_initialized()):
-        raise _core.UnsupportedError(_core.capi.DSRT_ERR_UNSUPPORTED,
-                                     "GatheredParameters(modifier_rank=...) with several ranks needs "
-                                     "torch.distributed initialized to share the modified values")
-    dist.broadcast(value, src=rank)
 
 
 def _config_from(args, config, config_params):
@@ -554,45 +552,3 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
             training_data, batch_size=int(cfg.get_number("train_micro_batch_size_per_gpu")), sampler=sampler,
             collate_fn=collate_fn)
     return engine, _OptimizerFacade(engine), dataloader, _SchedulerFacade(engine)
-
-
-def register_external_parameter(module, param):
-    """deepspeed.zero.register_external_parameter: gather param whenever module runs (ZeRO-3)."""
-    front = getattr(param, "_dsrt_front", None)
-    if front is None:
-        raise _core.StateError(_core.capi.DSRT_ERR_STATE, "register_external_parameter: call it after "
-                               "dsrt.initialize, with a parameter the engine manages")
-    front.register_external_parameter(module, param)
-    front._hook_module(module)
-
-
-_INIT_NOTE_SHOWN = []
-
-
-class _ZeroInit:
-    """deepspeed.zero.Init. DeepSpeed partitions each parameter while its module is constructed, so
-    the whole model never exists on one rank. dsrt partitions when initialize() registers the
-    model: inside this context the model is still built whole in host memory first (the peak is
-    the full model once, before initialize). The context takes DeepSpeed's arguments so ZeRO-3
-    scripts run unchanged, and says once (on stderr) what it does not do."""
-
-    def __init__(self, module=None, data_parallel_group=None, mem_efficient_linear=True, remote_device=None,
-                 pin_memory=False, config_dict_or_path=None, config=None, enabled=True, dtype=None, mpu=None,
-                 **kwargs):
-        self.enabled = enabled
-
-    def __enter__(self):
-        if self.enabled and not _INIT_NOTE_SHOWN:
-            _INIT_NOTE_SHOWN.append(True)
-            print("dsrt: zero.Init builds the model whole in host memory; dsrt partitions it when "
-                  "initialize() registers it", file=sys.stderr)
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-class zero:  # noqa: N801 - mirrors deepspeed.zero
-    Init = _ZeroInit
-    GatheredParameters = GatheredParameters
-    register_external_parameter = staticmethod(register_external_parameter)
