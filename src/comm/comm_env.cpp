@@ -1,6 +1,7 @@
 // defines: comm_create_from_env -- which launcher started this process, and the matching world:
 // MPI, NCCL bootstrapped over MPI or over a TCP rendezvous (torchrun), or MPI behind host staging
-// when ranks share a GPU. DSRT_COMM=auto|mpi|nccl|staged chooses.
+// when ranks share a GPU, or TCP sockets between CPU hosts under torchrun.
+// DSRT_COMM=auto|mpi|nccl|staged|tcp chooses.
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,6 +15,7 @@
 #include "comm/mpi_comm.h"
 #include "comm/nccl_comm.h"
 #include "comm/staged_comm.h"
+#include "comm/tcp_comm.h"
 #include "comm/tcp_rendezvous.h"
 #include "device/cuda_device.h"
 #include "util/log.h"
@@ -94,7 +96,7 @@ Status detect_launcher(LaunchInfo *info) {
 }
 
 
-enum class Choice { Auto, Mpi, Nccl, Staged };
+enum class Choice { Auto, Mpi, Nccl, Staged, Tcp };
 
 bool comm_has_nccl_build() {
 #ifdef DSRT_HAVE_NCCL
@@ -111,8 +113,9 @@ Status read_choice(Choice *out) {
   if (std::strcmp(text, "mpi") == 0) *out = Choice::Mpi;
   else if (std::strcmp(text, "nccl") == 0) *out = Choice::Nccl;
   else if (std::strcmp(text, "staged") == 0) *out = Choice::Staged;
+  else if (std::strcmp(text, "tcp") == 0) *out = Choice::Tcp;
   else
-    return Error(DSRT_ERR_COMM, "DSRT_COMM='%s' is not one of auto, mpi, nccl, staged", text);
+    return Error(DSRT_ERR_COMM, "DSRT_COMM='%s' is not one of auto, mpi, nccl, staged, tcp", text);
   return Status::Ok();
 }
 
@@ -184,8 +187,48 @@ Status nccl_not_possible(const char *launcher) {
                "nvidia-smi and CUDA_VISIBLE_DEVICES), or set DSRT_COMM=mpi", launcher);
 }
 
+// Rank 0's rendezvous address: MASTER_ADDR, and DSRT_RENDEZVOUS_PORT or MASTER_PORT + 1.
+// who: "torchrun (RANK=3)", for messages.
+Status rendezvous_from_env(const std::string &who, RendezvousOptions *options) {
+  const char *master = env("MASTER_ADDR");
+  if (master == nullptr)
+    return Error(DSRT_ERR_COMM, "launched by %s but MASTER_ADDR is not set: the launcher's "
+                                "environment is incomplete", who.c_str());
+  options->host = master;
+  int port = -1;
+  DSRT_RETURN_IF_ERROR(env_int("DSRT_RENDEZVOUS_PORT", &port));
+  if (port < 0) {
+    int master_port = -1;
+    DSRT_RETURN_IF_ERROR(env_int("MASTER_PORT", &master_port));
+    if (master_port < 0)
+      return Error(DSRT_ERR_COMM, "launched by %s but neither MASTER_PORT nor DSRT_RENDEZVOUS_PORT "
+                                  "is set", who.c_str());
+    port = master_port + 1;  // torch's TCPStore already listens on MASTER_PORT
+  }
+  options->port = port;
+  options->timeout_s = comm_timeout_seconds_from_env();
+  return Status::Ok();
+}
+
+// Host memory over TCP sockets, the ranks meeting at MASTER_ADDR.
+Status create_tcp(const LaunchInfo &info, std::shared_ptr<Comm> *out) {
+  if (info.rank < 0 || info.size < 1)
+    return Error(DSRT_ERR_COMM, "DSRT_COMM=tcp needs this process's rank and the world size, but %s gave %s: "
+                                "launch with mpirun, srun or torchrun", info.name,
+                 info.rank < 0 ? "no rank" : "no world size");
+  if (info.size == 1) return tcp_comm_create(RendezvousOptions(), 0, 1, out);
+  RendezvousOptions options;
+  const std::string who = info.kind == Launcher::Torchrun ? Format("torchrun (RANK=%d)", info.rank)
+                                                         : Format("%s (rank %d)", info.name, info.rank);
+  DSRT_RETURN_IF_ERROR(rendezvous_from_env(who, &options)
+                           .with_context("DSRT_COMM=tcp needs rank 0's host and a free port, the same on every rank"));
+  return tcp_comm_create(options, info.rank, info.size, out)
+      .with_context(Format("joining the tcp communicator as rank %d of %d", info.rank, info.size));
+}
+
 // Under an MPI launcher: the MPI world, or NCCL / staging built on it.
 Status create_under_mpi(const LaunchInfo &info, Choice choice, std::shared_ptr<Comm> *out) {
+  if (choice == Choice::Tcp) return create_tcp(info, out);
   std::shared_ptr<Comm> world;
   DSRT_RETURN_IF_ERROR(mpi_comm_create_world(info.rank, info.size, info.name, &world));
   if (choice == Choice::Mpi || (choice == Choice::Auto && (world->size() == 1 || !comm_has_nccl_build()))) {
@@ -252,22 +295,26 @@ Status create_under_mpi(const LaunchInfo &info, Choice choice, std::shared_ptr<C
       .with_context(Format("joining NCCL as rank %d of %d on cuda:%d (%s)", me, n, gpu.device, gpu.bus_id.c_str()));
 }
 
-// Under torchrun: NCCL bootstrapped through a TCP rendezvous next to torch's own store.
+// Under torchrun: NCCL bootstrapped through a TCP rendezvous next to torch's own store when this
+// rank sees a GPU (auto) or NCCL is asked for; otherwise host memory over TCP.
 Status create_under_torchrun(const LaunchInfo &info, Choice choice, std::shared_ptr<Comm> *out) {
   if (choice == Choice::Mpi || choice == Choice::Staged)
     return Error(DSRT_ERR_UNSUPPORTED,
                  "DSRT_COMM=%s needs an MPI world, but this process was launched by torchrun (RANK=%d, WORLD_SIZE=%d) "
-                 "without one: launch with mpirun or srun, or leave DSRT_COMM unset for NCCL",
+                 "without one: launch with mpirun or srun, or leave DSRT_COMM unset for NCCL (GPUs) or TCP (CPUs)",
                  choice == Choice::Mpi ? "mpi" : "staged", info.rank, info.size);
+  int local_rank = -1;
+  DSRT_RETURN_IF_ERROR(env_int("LOCAL_RANK", &local_rank));
+  if (local_rank < 0) local_rank = info.rank;
+  if (choice == Choice::Tcp) return create_tcp(info, out);
+  if (choice == Choice::Auto && (!comm_has_nccl_build() || local_gpu(local_rank).device < 0))
+    return create_tcp(info, out);
   if (!comm_has_nccl_build())
     return Error(DSRT_ERR_UNSUPPORTED,
                  "launched by torchrun (RANK=%d, WORLD_SIZE=%d) without an MPI launcher: joining torchrun's world "
                  "needs the NCCL build of dsrt (-DDSRT_CUDA=ON with nccl.h and libnccl installed). Launch with mpirun "
                  "or srun instead",
                  info.rank, info.size);
-  int local_rank = -1;
-  DSRT_RETURN_IF_ERROR(env_int("LOCAL_RANK", &local_rank));
-  if (local_rank < 0) local_rank = info.rank;
   const LocalGpu gpu = local_gpu(local_rank);
   if (gpu.device < 0)
     return Error(DSRT_ERR_DEVICE,
@@ -276,23 +323,7 @@ Status create_under_torchrun(const LaunchInfo &info, Choice choice, std::shared_
                  "GPUs launch with mpirun or srun",
                  info.rank, info.size);
   RendezvousOptions options;
-  const char *master = env("MASTER_ADDR");
-  if (master == nullptr)
-    return Error(DSRT_ERR_COMM, "launched by torchrun (RANK=%d) but MASTER_ADDR is not set: the launcher's "
-                                "environment is incomplete", info.rank);
-  options.host = master;
-  int port = -1;
-  DSRT_RETURN_IF_ERROR(env_int("DSRT_RENDEZVOUS_PORT", &port));
-  if (port < 0) {
-    int master_port = -1;
-    DSRT_RETURN_IF_ERROR(env_int("MASTER_PORT", &master_port));
-    if (master_port < 0)
-      return Error(DSRT_ERR_COMM, "launched by torchrun (RANK=%d) but neither MASTER_PORT nor DSRT_RENDEZVOUS_PORT "
-                                  "is set", info.rank);
-    port = master_port + 1;  // torch's TCPStore already listens on MASTER_PORT
-  }
-  options.port = port;
-  options.timeout_s = comm_timeout_seconds_from_env();
+  DSRT_RETURN_IF_ERROR(rendezvous_from_env(Format("torchrun (RANK=%d)", info.rank), &options));
   // Each rank contributes its GPU identity; rank 0 adds the NCCL id.
   std::string mine(reinterpret_cast<const char *>(&gpu.identity), sizeof gpu.identity);
   if (info.rank == 0) {
@@ -304,7 +335,13 @@ Status create_under_torchrun(const LaunchInfo &info, Choice choice, std::shared_
   DSRT_RETURN_IF_ERROR(tcp_rendezvous_all_gather(options, info.rank, info.size, mine, &all)
                            .with_context("bootstrapping NCCL under torchrun"));
   if (all[0].size() != sizeof(uint64_t) + kNcclUniqueIdBytes)
-    return Error(DSRT_ERR_COMM, "rendezvous: rank 0 sent %zu bytes instead of an NCCL id", all[0].size());
+    return Error(DSRT_ERR_COMM, "rendezvous: rank 0 sent %zu bytes instead of an NCCL id (it chose the tcp "
+                 "communicator if it sees no GPU: give every rank a GPU, or set DSRT_COMM=tcp on every rank)",
+                 all[0].size());
+  for (int r = 1; r < info.size; ++r)
+    if (all[r].size() != sizeof(uint64_t))
+      return Error(DSRT_ERR_COMM, "rendezvous: rank %d did not send a GPU identity (it chose the tcp communicator, "
+                   "probably because it sees no GPU): give every rank a GPU, or set DSRT_COMM=tcp on every rank", r);
   for (int r = 0; r < info.size; ++r)
     for (int q = 0; q < r; ++q)
       if (all[r].compare(0, sizeof(uint64_t), all[q], 0, sizeof(uint64_t)) == 0)

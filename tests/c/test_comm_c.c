@@ -21,7 +21,7 @@ static int message_has(const char *needle) { return strstr(dsrt_last_error_messa
 
 static void clear_launcher_env(void) {
   const char *names[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "PMIX_RANK",
-                         "SLURM_STEP_ID", "SLURM_PROCID", "RANK", "WORLD_SIZE"};
+                         "SLURM_STEP_ID", "SLURM_PROCID", "RANK", "WORLD_SIZE", "DSRT_COMM"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) unsetenv(names[i]);
 }
 
@@ -53,9 +53,16 @@ int main(void) {
   dsrt_comm_destroy(comm);
   CHECK(dsrt_comm_create_from_env(NULL) == DSRT_ERR_INVALID_ARGUMENT);
 
-  /* torchrun's variables without MPI */
+  /* torchrun's variables without MPI: without a GPU auto picks TCP, which needs MASTER_ADDR */
   setenv("RANK", "0", 1);
   setenv("WORLD_SIZE", "4", 1);
+  comm = (dsrt_comm *)&failures;
+  if (!dsrt_has_feature("nccl")) {
+    CHECK(dsrt_comm_create_from_env(&comm) == DSRT_ERR_COMM);
+    CHECK(comm == NULL);
+    CHECK(message_has("MASTER_ADDR"));
+  }
+  setenv("DSRT_COMM", "nccl", 1);
   comm = (dsrt_comm *)&failures;
   if (!dsrt_has_feature("nccl")) {
     /* UNSUPPORTED in a build without NCCL, DEVICE in one with NCCL on a machine without a GPU. */

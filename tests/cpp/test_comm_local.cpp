@@ -159,7 +159,8 @@ class LauncherEnv : public ::testing::Test {
   }
   static constexpr const char *kNames[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
                                            "PMIX_RANK", "SLURM_STEP_ID", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS",
-                                           "RANK", "WORLD_SIZE", "DSRT_COMM_TIMEOUT_S"};
+                                           "RANK", "WORLD_SIZE", "DSRT_COMM_TIMEOUT_S", "DSRT_COMM",
+                                           "MASTER_ADDR", "MASTER_PORT"};
   std::vector<std::pair<std::string, std::string>> saved_;
 };
 
@@ -170,12 +171,18 @@ TEST_F(LauncherEnv, AloneIsAWorldOfOne) {
   EXPECT_EQ(comm->rank(), 0);
 }
 
-TEST_F(LauncherEnv, TorchrunNeedsNcclAndAGpu) {
+TEST_F(LauncherEnv, TorchrunNcclNeedsNcclAndAGpu) {
   if (comm_has_nccl()) GTEST_SKIP() << "a GPU with NCCL is present: torchrun would really rendezvous";
   setenv("RANK", "1", 1);
   setenv("WORLD_SIZE", "2", 1);
   std::shared_ptr<Comm> comm;
+  // auto picks the TCP communicator here, which needs rank 0's address
   Status status = comm_create_from_env(&comm);
+  EXPECT_EQ(status.code(), DSRT_ERR_COMM) << status.message();
+  EXPECT_NE(status.message().find("MASTER_ADDR"), std::string::npos) << status.message();
+  EXPECT_FALSE(comm);
+  setenv("DSRT_COMM", "nccl", 1);
+  status = comm_create_from_env(&comm);
 #ifdef DSRT_HAVE_NCCL
   // Built with NCCL, but no GPU is visible here.
   EXPECT_EQ(status.code(), DSRT_ERR_DEVICE) << status.message();

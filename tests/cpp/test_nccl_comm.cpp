@@ -60,11 +60,13 @@ class TorchrunEnv {
   std::vector<std::string> saved_;
 };
 
-// Under torchrun dsrt joins over NCCL: a build without it, or a machine without a GPU, says so at
-// once (before any rendezvous); DSRT_COMM=mpi needs an MPI launcher.
+// Under torchrun with DSRT_COMM=nccl dsrt joins over NCCL: a build without it, or a machine without
+// a GPU, says so at once (before any rendezvous; auto would pick TCP there); DSRT_COMM=mpi needs an
+// MPI launcher.
 TEST(NcclComm, TorchrunNeedsNcclAndAGpu) {
   if (visible_gpus() > 0) GTEST_SKIP() << "a GPU is visible: creating would start a real rendezvous";
   TorchrunEnv env;
+  setenv("DSRT_COMM", "nccl", 1);
   std::shared_ptr<Comm> comm;
   Status status = comm_create_from_env(&comm);
 #ifdef DSRT_HAVE_NCCL
