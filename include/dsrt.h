@@ -100,8 +100,9 @@ DSRT_API const char *dsrt_last_error_message(void);
 DSRT_API void dsrt_free(void *ptr);
 
 /* 1 if this build of the library has the named feature and it is usable in this process, else 0.
-** Names: "cuda" (built with CUDA and a GPU is visible), "nccl", "mpi", "io_uring" (built with
-** liburing and the kernel allows it), "avx512", "avx2" (the CPU optimizer kernels can use them).
+** Names: "cuda" (built with CUDA and a GPU is visible), "nccl", "mpi", "tcp" (the TCP communicator
+** torchrun ranks use without GPUs), "io_uring" (built with liburing and the kernel allows it),
+** "avx512", "avx2" (the CPU optimizer kernels can use them).
 ** An unknown or NULL name gives 0. Always safe. */
 DSRT_API int32_t dsrt_has_feature(const char *name);
 

@@ -10,6 +10,8 @@ bool comm_has_mpi() {
   return false;
 #endif
 }
+bool comm_has_tcp() { return true; }
+
 bool comm_has_nccl() {
 #ifdef DSRT_HAVE_NCCL
   return device_has_cuda();

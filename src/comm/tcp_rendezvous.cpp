@@ -18,6 +18,8 @@
 #include <cstring>
 #include <thread>
 
+#include "comm/tcp_socket.h"
+
 namespace dsrt {
 namespace {
 
@@ -26,39 +28,6 @@ using Clock = std::chrono::steady_clock;
 constexpr uint32_t kMagic = 0x44535256;  // "DSRV"
 constexpr uint32_t kVersion = 1;
 constexpr uint32_t kAccepted = 0, kRejected = 1;
-
-std::string errno_text(int err) { return Format("%s (errno %d)", std::strerror(err), err); }
-
-// An owned file descriptor.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd &&other) noexcept : fd_(other.release()) {}
-  Fd &operator=(Fd &&other) noexcept {
-    if (this != &other) {
-      reset();
-      fd_ = other.release();
-    }
-    return *this;
-  }
-  Fd(const Fd &) = delete;
-  Fd &operator=(const Fd &) = delete;
-  ~Fd() { reset(); }
-  int get() const { return fd_; }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 struct Endpoint {
   std::string where;  // "host:port", for messages

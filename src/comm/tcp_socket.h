@@ -1,4 +1,4 @@
-// tcp_socket.h -- the sockets of the TCP communicator: an owned descriptor, the listening socket,
+// tcp_socket.h -- the sockets of the TCP communicator and the rendezvous: an owned descriptor, the listening socket,
 // the address peers should use to reach this host, and the full mesh of connections between the
 // ranks, each opened with a hello that names the rank and carries the job's token.
 #pragma once

@@ -35,6 +35,7 @@ bool has_feature(const std::string &name) {
   if (name == "avx2") return cpu_has_avx2();
   if (name == "mpi") return comm_has_mpi();
   if (name == "nccl") return comm_has_nccl();
+  if (name == "tcp") return comm_has_tcp();
   if (name == "cuda") return device_has_cuda();
   if (name == "io_uring") return aio_has_io_uring();
   return false;

@@ -80,6 +80,7 @@ static void null_and_invalid_arguments(void) {
   dsrt_free(NULL);
   EXPECT(dsrt_has_feature(NULL) == 0);
   EXPECT(dsrt_has_feature("no-such-feature") == 0);
+  EXPECT(dsrt_has_feature("tcp") == 1);
   EXPECT(dsrt_has_feature("avx2") == 0 || dsrt_has_feature("avx2") == 1);
   dsrt_set_log_callback(count_logs, &log_calls);
   dsrt_set_log_callback(NULL, NULL);

@@ -85,8 +85,10 @@ def test_mpirun_two_ranks(tmp_path):
 
 
 def torchrun_command(ranks):
+    # --redirects/--tee 1: torch 1.13's launcher cannot parse its default "0" under Python 3.11
+    # (IntFlag iteration no longer yields the zero member); 1 sends stdout through its tee.
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(ranks),
-            "--master_addr", "127.0.0.1", "--master_port", str(free_port())]
+            "--redirects", "1", "--tee", "1", "--master_addr", "127.0.0.1", "--master_port", str(free_port())]
 
 
 def test_torchrun_two_ranks_matches_mpirun(tmp_path):

@@ -513,7 +513,8 @@ def _config_from(args, config, config_params):
 def _default_comm():
     """The world this process trains in. Under an initialized torch.distributed on GPUs, with a build
     of dsrt that has NCCL, the ranks join over NCCL with a unique id shared through torch.distributed
-    (torchrun's usual setup); otherwise the launcher's world (mpirun/srun, or one rank)."""
+    (torchrun's usual setup); otherwise the launcher's world (MPI under mpirun/srun, TCP under
+    torchrun on CPU hosts, or one rank)."""
     import torch.distributed as dist
     if (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
             and torch.cuda.is_available() and _core.has_feature("nccl")):
