@@ -333,6 +333,45 @@ typedef struct {
 DSRT_API dsrt_status dsrt_engine_memory(const dsrt_engine *engine, dsrt_memory_stats *out);
 
 /* ------------------------------------------------------------------------------------------------
+** MONITORS -- DeepSpeed's csv_monitor, and the events for any other monitor
+**
+** At every accumulation boundary the engine produces DeepSpeed's monitor events, with its names,
+** values and steps (the step of an event is a sample count, global_steps * train_batch_size):
+**   Train/Samples/train_loss  sum over the window's micro-steps of loss / gradient_accumulation_steps,
+**                             from the losses the host reported (absent when it reported none),
+**                             at the samples seen before the boundary
+**   Train/Samples/lr          the learning rate after the boundary, at the samples seen after it
+**   Train/Samples/loss_scale  (fp16 only) the loss scale after the boundary
+**   with wall_clock_breakdown, milliseconds over the window: Train/Samples/elapsed_time_ms_forward
+**   and _backward (when the host reported them), _backward_allreduce (dsrt's gradient
+**   collectives) and _step (the boundary's dsrt_engine_step).
+** With csv_monitor.enabled, rank 0 appends them to DeepSpeed's files: one per event in
+** csv_monitor.output_path/job_name, named after the event with '/' as '_' (e.g.
+** Train_Samples_train_loss.csv), a "step,<name>" header the first time an engine writes a file,
+** then "step,value" rows. The folder is created by dsrt_engine_create (DSRT_ERR_IO if it cannot
+** be); a failed write during training is logged once at warn level and training goes on.
+** With a loss reported, the steps_per_print progress line ends with ", loss <train_loss>".
+*/
+
+/* The host's loss for this micro-step, as its model computed it (not multiplied by the loss
+** scale nor divided by gradient_accumulation_steps). Call it once per micro-step, before
+** dsrt_engine_step. nan and inf are recorded as they are. DSRT_ERR_STATE before build. */
+DSRT_API dsrt_status dsrt_engine_report_loss(dsrt_engine *engine, double loss);
+
+/* Seconds the host spent in this micro-step's forward or backward, for wall_clock_breakdown's
+** events. DSRT_ERR_INVALID_ARGUMENT for another phase or a negative or non-finite duration;
+** DSRT_ERR_STATE before build. */
+#define DSRT_HOST_FORWARD 0
+#define DSRT_HOST_BACKWARD 1
+DSRT_API dsrt_status dsrt_engine_report_host_time(dsrt_engine *engine, int32_t phase, double seconds);
+
+/* The events the last dsrt_engine_step produced, one "name,value,step" line each ("" when that
+** call was not a boundary, or before the first step); values have the shortest digits that read
+** back exactly ("nan", "inf" for those). Every rank gets its own (DeepSpeed's monitors write rank
+** 0's). *out is a new string; free it with dsrt_free. DSRT_ERR_STATE before build. */
+DSRT_API dsrt_status dsrt_engine_events(const dsrt_engine *engine, char **out);
+
+/* ------------------------------------------------------------------------------------------------
 ** CHECKPOINTS
 ** A checkpoint is a directory per tag under dir: a manifest and one shard per rank, plus a file
 ** dir/latest naming the newest complete tag. Saving is collective and atomic: a process killed

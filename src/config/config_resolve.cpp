@@ -84,6 +84,9 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
   t.grad_accum_dtype = dtype_of(accum);
   t.steps_per_print = i64("steps_per_print", t.steps_per_print);
   t.wall_clock_breakdown = flag("wall_clock_breakdown", t.wall_clock_breakdown);
+  t.csv_monitor.enabled = flag("csv_monitor.enabled", t.csv_monitor.enabled);
+  t.csv_monitor.output_path = text("csv_monitor.output_path", t.csv_monitor.output_path);
+  t.csv_monitor.job_name = text("csv_monitor.job_name", t.csv_monitor.job_name);
 
   t.fp16.enabled = flag("fp16.enabled", false);
   t.fp16.loss_scale = num("fp16.loss_scale", t.fp16.loss_scale);

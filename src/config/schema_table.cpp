@@ -387,24 +387,28 @@ std::vector<KeySpec> build_schema_keys() {
   k.push_back(with(C("data_types.grad_accum_dtype", nullptr, dtypes), Support::Unsupported,
                    "choosing the gradient accumulation dtype is not implemented; remove it"));
 
-  // --- monitors and profilers: dsrt reports through dsrt_step_result; logging is the host's
-  const char mon_note[] = "dsrt writes no monitor logs; log the values dsrt_engine_step returns from the host";
-  for (const char *monitor : {"tensorboard", "csv_monitor"}) {
-    k.push_back(with(B(std::string(monitor) + ".enabled", false), Support::HostSide, mon_note));
-    k.push_back(with(S(std::string(monitor) + ".output_path", ""), Support::HostSide, mon_note));
-    k.push_back(with(S(std::string(monitor) + ".job_name", "DeepSpeedJobName"), Support::HostSide, mon_note));
-  }
+  // --- monitors: dsrt writes csv_monitor itself; tensorboard and wandb need those Python packages,
+  // so the Python front writes them from dsrt_engine_events (other hosts forward the events).
+  const char mon_note[] = "written by dsrt's Python front (dsrt.initialize) with that package; other hosts "
+                          "forward the events dsrt_engine_events returns";
+  const char comet_note[] = "dsrt writes no comet logs; forward the events dsrt_engine_events returns from the host";
+  k.push_back(B("csv_monitor.enabled", false));
+  k.push_back(S("csv_monitor.output_path", ""));
+  k.push_back(S("csv_monitor.job_name", "DeepSpeedJobName"));
+  k.push_back(with(B("tensorboard.enabled", false), Support::HostSide, mon_note));
+  k.push_back(with(S("tensorboard.output_path", ""), Support::HostSide, mon_note));
+  k.push_back(with(S("tensorboard.job_name", "DeepSpeedJobName"), Support::HostSide, mon_note));
   k.push_back(with(B("wandb.enabled", false), Support::HostSide, mon_note));
   k.push_back(with(S_null("wandb.group"), Support::HostSide, mon_note));
   k.push_back(with(S_null("wandb.team"), Support::HostSide, mon_note));
   k.push_back(with(S("wandb.project", "deepspeed"), Support::HostSide, mon_note));
-  k.push_back(with(B("comet.enabled", false), Support::HostSide, mon_note));
-  k.push_back(with(I("comet.samples_log_interval", 100, 1), Support::HostSide, mon_note));
+  k.push_back(with(B("comet.enabled", false), Support::HostSide, comet_note));
+  k.push_back(with(I("comet.samples_log_interval", 100, 1), Support::HostSide, comet_note));
   for (const char *field : {"project", "workspace", "api_key", "experiment_name", "experiment_key", "mode"})
-    k.push_back(with(S_null(std::string("comet.") + field), Support::HostSide, mon_note));
+    k.push_back(with(S_null(std::string("comet.") + field), Support::HostSide, comet_note));
   KeySpec online = key("comet.online", KeyType::Bool, Value::null());
   online.nullable = true;
-  k.push_back(with(online, Support::HostSide, mon_note));
+  k.push_back(with(online, Support::HostSide, comet_note));
   const char prof_note[] = "the FLOPs profiler measures the host's model; dsrt does not run it";
   k.push_back(with(B("flops_profiler.enabled", false), Support::HostSide, prof_note));
   k.push_back(with(N("flops_profiler.recompute_fwd_factor", 0.0, 0.0), Support::HostSide, prof_note));
@@ -431,7 +435,7 @@ std::vector<SectionSpec> build_schema_sections() {
       sec("zero_optimization.offload_param"), sec("aio"), sec("optimizer"), sec("optimizer.params"),
       sec("scheduler"), sec("scheduler.params"), sec("activation_checkpointing", Support::HostSide),
       sec("checkpoint"), sec("checkpoint.parallel_write"), sec("data_types"),
-      sec("tensorboard", Support::HostSide), sec("wandb", Support::HostSide), sec("csv_monitor", Support::HostSide),
+      sec("tensorboard", Support::HostSide), sec("wandb", Support::HostSide), sec("csv_monitor"),
       sec("comet", Support::HostSide), sec("flops_profiler", Support::HostSide),
       // DeepSpeed features outside dsrt's scope, kept as written but not validated.
       sec("zero_optimization.zeropp_loco_param", Support::Unsupported, true,

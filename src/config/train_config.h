@@ -120,6 +120,13 @@ struct CheckpointConfig {
   bool load_universal = false;
 };
 
+// csv_monitor (DeepSpeed's defaults: output_path "", job_name "DeepSpeedJobName").
+struct CsvMonitorConfig {
+  bool enabled = false;
+  std::string output_path;
+  std::string job_name = "DeepSpeedJobName";
+};
+
 struct TrainConfig {
   int64_t train_batch_size = 1;
   int64_t train_micro_batch_size_per_gpu = 1;
@@ -144,6 +151,7 @@ struct TrainConfig {
   ZeroConfig zero;
   AioConfig aio;
   CheckpointConfig checkpoint;
+  CsvMonitorConfig csv_monitor;
 
   std::string effective_json;  // the effective config, as dsrt_config_to_json prints it
 

@@ -140,6 +140,7 @@ Status Engine::create(const TrainConfig &config, std::shared_ptr<Comm> comm, std
       config.optimizer.type == OptimizerType::SGD ? config.optimizer.momentum : config.optimizer.beta1;
   DSRT_RETURN_IF_ERROR(make_lr_scheduler(config.scheduler, config.optimizer.lr, base_momentum, &engine->scheduler_));
   log_set_rank(engine->comm_->rank());
+  DSRT_RETURN_IF_ERROR(engine->monitor_open());
   // DeepSpeed prints the effective config at startup; dsrt does so at info level on rank 0.
   if (engine->comm_->rank() == 0 && !config.effective_json.empty() && log_enabled(DSRT_LOG_INFO))
     log_message(DSRT_LOG_INFO, "effective config:\n" + config.effective_json);

@@ -42,6 +42,8 @@
 #include "engine/loss_scaler.h"
 #include "engine/lr_scheduler.h"
 #include "engine/step_timers.h"
+#include "monitor/monitor_csv.h"
+#include "monitor/monitor_events.h"
 #include "offload/nvme_swapper.h"
 #include "optim/cpu_optimizer.h"
 #include "optim/optimizer_backend.h"
@@ -92,6 +94,12 @@ class Engine {
   // The host's compute stream (a cudaStream_t; ignored on the CPU device): the engine's device work
   // waits for the host's work enqueued on it, and the host's later work waits for the engine's.
   Status set_stream(void *stream);
+
+  // --- monitors (engine_monitor.cpp): what the host reports, and the events of the last step ---
+  Status report_loss(double loss);
+  Status report_host_time(int phase, double seconds);
+  // The monitor events the last step() produced (empty unless it was a boundary).
+  const std::vector<MonitorEvent> &events() const { return events_; }
 
   bool built() const { return built_; }
   double loss_scale() const { return scaler_.scale(); }
@@ -286,6 +294,17 @@ class Engine {
   double progress_last_time_ = 0;
   int64_t progress_last_step_ = 0;
   SwapInStats progress_swap_last_;  // the coordinator's parameter swap-in totals at the last line
+
+  // Monitors (engine_monitor.cpp): DeepSpeed's events at each boundary, written by rank 0 to
+  // csv_monitor's files when it is enabled.
+  Status monitor_open();
+  void monitor_boundary(double step_start);
+  MonitorEvents monitor_{1};
+  std::unique_ptr<CsvMonitor> csv_;
+  std::vector<MonitorEvent> events_;
+  double monitor_reduce_mark_ = 0;  // reducer_.reduce_seconds() at the previous boundary
+  bool has_last_loss_ = false;      // the last boundary's train_loss, for the progress line
+  double last_loss_ = 0;
 };
 
 }  // namespace dsrt

@@ -212,6 +212,7 @@ Status Engine::step_impl(dsrt_step_result *out) {
     return Error(DSRT_ERR_INVALID_ARGUMENT, "step: out->struct_size is %llu; set it to sizeof(dsrt_step_result)",
                  static_cast<unsigned long long>(out->struct_size));
   if (pending_) return nvme_resume_step(out);
+  events_.clear();
   const double step_start = StepTimers::now();
   comm_->set_step(counters_.global_step);
 
@@ -332,7 +333,9 @@ Status Engine::complete_boundary(bool applied, dsrt_step_result &result, dsrt_st
   result.global_step = counters_.global_step;
   result.loss_scale = scaler_.scale();
   timers_.add(StepPhase::Total, StepTimers::now() - step_start);
+  monitor_boundary(step_start);
   report_progress(result);
+  monitor_reduce_mark_ = reducer_.reduce_seconds();  // after report_progress, which may reset it
   if (out != nullptr)
     std::memcpy(reinterpret_cast<char *>(out) + sizeof(uint64_t), reinterpret_cast<const char *>(&result) + sizeof(uint64_t),
                 std::min<uint64_t>(out->struct_size, sizeof result) - sizeof(uint64_t));
@@ -351,9 +354,10 @@ void Engine::report_progress(const dsrt_step_result &result) {
   progress_last_time_ = now;
   progress_last_step_ = result.global_step;
   if (rank() == 0) {
-    log_progress(Format("step %lld: loss_scale %g, lr %.6g, grad_norm %.6g, skipped %lld, samples/s %.2f",
+    log_progress(Format("step %lld: loss_scale %g, lr %.6g, grad_norm %.6g, skipped %lld, samples/s %.2f%s",
                         static_cast<long long>(result.global_step), result.loss_scale, result.lr, result.grad_norm,
-                        static_cast<long long>(counters_.skipped_steps), samples_per_s));
+                        static_cast<long long>(counters_.skipped_steps), samples_per_s,
+                        has_last_loss_ ? (", loss " + python_float_text(last_loss_)).c_str() : ""));
     if (config_.wall_clock_breakdown)
       log_progress(Format("step %lld time per step: %s, gradient collectives %.3f ms",
                           static_cast<long long>(result.global_step), timers_.summary(steps).c_str(),

@@ -158,6 +158,11 @@ static void null_and_invalid_arguments(void) {
   EXPECT_STATUS(dsrt_engine_memory(NULL, &stats), DSRT_ERR_INVALID_ARGUMENT);
   EXPECT_STATUS(dsrt_engine_set_client_state(NULL, "x", 1), DSRT_ERR_INVALID_ARGUMENT);
   EXPECT_STATUS(dsrt_engine_client_state(NULL, &cptr, &u64), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(dsrt_engine_report_loss(NULL, 1.0), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(dsrt_engine_report_host_time(NULL, DSRT_HOST_FORWARD, 1.0), DSRT_ERR_INVALID_ARGUMENT);
+  text = (char *)&failures;
+  EXPECT_STATUS(dsrt_engine_events(NULL, &text), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT(text == NULL);
   EXPECT_STATUS(dsrt_engine_save_checkpoint(NULL, "/tmp", NULL), DSRT_ERR_INVALID_ARGUMENT);
   EXPECT_STATUS(dsrt_engine_load_checkpoint(NULL, "/tmp", NULL), DSRT_ERR_INVALID_ARGUMENT);
   EXPECT_STATUS(dsrt_engine_save_16bit_model(NULL, "/tmp/x.safetensors"), DSRT_ERR_INVALID_ARGUMENT);
