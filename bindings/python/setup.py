@@ -5,7 +5,7 @@ import os
 import shlex
 import subprocess
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_py import build_py
 
 
@@ -46,8 +46,8 @@ setup(
     name="dsrt",
     version="0.1.0",
     description="ZeRO training memory for every host: the Python binding and a DeepSpeed-shaped PyTorch front",
-    packages=["dsrt"],
-    package_dir={"dsrt": "dsrt"},
+    # dsrt and its DeepSpeed module tree (dsrt.deepspeed.*, which dsrt.compat names `deepspeed`).
+    packages=find_packages(include=["dsrt", "dsrt.*"]),
     ext_modules=[extension],
     cmdclass={"build_py": BuildPyAfterExt},
     python_requires=">=3.8",

@@ -6,6 +6,7 @@ unless exclude_frozen_parameters=True)."""
 
 import os
 import pickle
+import shutil
 import warnings
 
 import torch
@@ -13,6 +14,15 @@ import torch
 from . import _core
 
 _FROZEN_FILE = "frozen_parameters.pt"
+_RECOVERY_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "deepspeed", "utils", "recovery_script.py")
+
+
+def _write_recovery_script(save_dir):
+    """zero_to_fp32.py beside `latest`, executable, as DeepSpeed writes its own: it consolidates the
+    folder's fp32 weights (dsrt.deepspeed.utils.zero_to_fp32)."""
+    target = os.path.join(save_dir, "zero_to_fp32.py")
+    shutil.copyfile(_RECOVERY_SCRIPT, target)
+    os.chmod(target, 0o755)
 
 
 class CheckpointMixin:
@@ -32,6 +42,7 @@ class CheckpointMixin:
         self._engine.save_checkpoint(save_dir, tag)
         tag_dir = os.path.join(save_dir, tag if tag is not None else "global_step%d" % self._engine.global_step)
         if self.global_rank == 0:
+            _write_recovery_script(save_dir)
             if self._frozen and not exclude_frozen_parameters:
                 torch.save({name: param.detach().to("cpu", torch.float32) for name, param in self._frozen},
                            os.path.join(tag_dir, _FROZEN_FILE))

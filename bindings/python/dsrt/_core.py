@@ -522,6 +522,23 @@ class Engine(_Handle):
     def save_16bit_model(self, path):
         _check(capi.dsrt_engine_save_16bit_model(self.handle, os.fspath(path)))
 
+    def report_loss(self, loss):
+        """This micro-step's loss (unscaled), for the monitors' train_loss and the progress line."""
+        _check(capi.dsrt_engine_report_loss(self.handle, float(loss)))
+
+    def report_host_time(self, phase, seconds):
+        """Seconds of this micro-step's forward (phase capi.DSRT_HOST_FORWARD) or backward."""
+        _check(capi.dsrt_engine_report_host_time(self.handle, int(phase), float(seconds)))
+
+    def events(self):
+        """DeepSpeed's monitor events of the last step, [(name, value, step)] ([] off a boundary)."""
+        text = _check(capi.dsrt_engine_events(self.handle))
+        events = []
+        for line in text.splitlines():
+            name, value, step = line.rsplit(",", 2)
+            events.append((name, float(value), int(step)))
+        return events
+
     @property
     def closed(self):
         return self._handle is None

@@ -28,6 +28,13 @@ class _OptimizerFacade:
         for group in self.param_groups:
             group["lr"] = lr
 
+    @property
+    def overflow(self):
+        """Whether the last boundary was skipped (inf/nan gradients), as DeepSpeed's optimizers say
+        (Accelerate reads it for optimizer_step_was_skipped)."""
+        last = self._engine._last_boundary
+        return last is not None and last.overflow
+
     def zero_grad(self, set_to_none=True):
         pass  # dsrt zeroes its gradient buffers at every micro-step
 

@@ -21,8 +21,9 @@ import os
 
 import torch
 
-from . import _auto, _core
+from . import _auto, _core, _monitors
 from ._checkpoint_front import CheckpointMixin
+from ._model_state import ModelStateMixin
 from ._core import Comm, Config, Engine
 from ._zero3 import Zero3Mixin
 from .facades import _OptimizerFacade, _SchedulerFacade
@@ -51,7 +52,7 @@ def _engine_device_of(model):
         del os.environ["DSRT_DEVICE"]
 
 
-class DsrtEngine(Zero3Mixin, CheckpointMixin, torch.nn.Module):
+class DsrtEngine(Zero3Mixin, CheckpointMixin, ModelStateMixin, torch.nn.Module):
     """The engine DeepSpeed's initialize() returns, backed by dsrt.
 
     Trainable parameters (requires_grad, and in model_parameters when given) are registered with
@@ -65,8 +66,10 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, torch.nn.Module):
         self.module = model
         self._comm = comm
         self._config = config
+        self._monitors = _monitors.HostMonitors(config, comm.rank if comm else 0)  # before any allocation
         with _engine_device_of(model):
             self._engine = Engine(config, comm)
+        self._timed = bool(config.get_number("wall_clock_breakdown"))
         self.stage = int(config.get_number("zero_optimization.stage"))
         self.gradient_accumulation_steps_ = int(config.get_number("gradient_accumulation_steps"))
         wanted = None
@@ -145,7 +148,8 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, torch.nn.Module):
         cast = lambda x: x.to(self.dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
         held, depth = dict(self._gathered), len(self._fwd_stack)
         try:
-            return self.module(*[cast(x) for x in inputs], **{k: cast(v) for k, v in kwargs.items()})
+            with _monitors.timed(self._engine, _core.capi.DSRT_HOST_FORWARD, self._timed):
+                return self.module(*[cast(x) for x in inputs], **{k: cast(v) for k, v in kwargs.items()})
         except BaseException:
             # Before torch 2.1 forward hooks do not run when forward raises: release what the
             # failed forward gathered, so the next forward and step start clean.
@@ -157,7 +161,9 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, torch.nn.Module):
         """Backward of loss * loss_scale; gradients flow into dsrt as autograd produces them.
         Returns the loss divided by gradient_accumulation_steps, as DeepSpeed does."""
         scale = self._engine.loss_scale
-        (loss.float() * scale).backward(retain_graph=retain_graph)
+        self._engine.report_loss(loss.detach().float().mean().item())  # the monitors' train_loss
+        with _monitors.timed(self._engine, _core.capi.DSRT_HOST_BACKWARD, self._timed):
+            (loss.float() * scale).backward(retain_graph=retain_graph)
         return loss.detach() / self.gradient_accumulation_steps_
 
     def step(self):
@@ -165,6 +171,8 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, torch.nn.Module):
         self.last_step = self._engine.step()
         if self.last_step.boundary:
             self._last_boundary = self.last_step
+            if self._monitors.enabled:
+                self._monitors.write(self._engine.events())
             if self._optimizer_facade is not None:
                 self._optimizer_facade._follow_schedule()
         self._micro_steps += 1
@@ -274,6 +282,7 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, torch.nn.Module):
         viewing dsrt's memory (saved for a backward, held by the caller) keep it alive until they go."""
         if self._engine.closed:
             return
+        self._monitors.close()
         for hook in self._hooks:
             hook.remove()
         self._hooks = []

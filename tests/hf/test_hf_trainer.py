@@ -1,0 +1,246 @@
+"""The Hugging Face Trainer on dsrt, against the same script on plain PyTorch.
+
+Run by scripts/test-hf.sh in a virtual environment over Debian's torch with transformers 4.37.2 and
+accelerate 0.26.1 from PyPI. Each dsrt run goes through `--deepspeed ds_config.json` with the
+pip-installed `deepspeed` stand-in (or `import dsrt.compat`), as a user would, on CPU ranks (a
+torchrun-style environment of one rank, ACCELERATE_TORCH_DEVICE=cpu). Losses must equal the plain
+run's to within fp32 rounding, resuming must continue the same trajectory, and the weights
+saved by save_model, by zero_to_fp32 and by load_state_dict_from_zero_checkpoint must equal the
+engine's.
+"""
+
+import copy
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+SCRIPT = os.path.join(HERE, "train_gpt2.py")
+BUILD = os.environ.get("DSRT_BUILD_DIR", os.path.join(REPO, "build"))
+
+LR = 5e-3  # train_gpt2.py's default learning rate
+BASE_CONFIG = {
+    "train_micro_batch_size_per_gpu": "auto",
+    "gradient_accumulation_steps": "auto",
+    "train_batch_size": "auto",
+    "gradient_clipping": "auto",
+    "steps_per_print": 1000,
+    "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+    # The Trainer's lr_scheduler_type "constant" is WarmupLR with warmup_min_lr = warmup_max_lr. (The
+    # Trainer's "linear" with warmup is not WarmupDecayLR step for step: DeepSpeed's schedules run
+    # their first two optimizer steps at warmup_min_lr, dsrt's as DeepSpeed's.)
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": LR, "warmup_max_lr": "auto",
+                                                 "warmup_num_steps": "auto", "warmup_type": "linear"}},
+    "zero_optimization": {"stage": 2},
+}
+
+
+def ds_config(tmp_path, stage, offload=False, offload_param=False, gather_on_save=False, drop=()):
+    config = copy.deepcopy(BASE_CONFIG)
+    for key in drop:
+        del config[key]
+    zero = {"stage": stage, "stage3_param_persistence_threshold": 0}
+    if offload:
+        zero["offload_optimizer"] = {"device": "cpu"}
+    if offload_param:
+        zero["offload_param"] = {"device": "cpu"}
+    if gather_on_save:
+        zero["stage3_gather_16bit_weights_on_model_save"] = True
+    config["zero_optimization"] = zero
+    path = tmp_path / ("ds_zero%d.json" % stage)
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def standin(tmp_path_factory):
+    """The `deepspeed` stand-in, pip-installed into a folder of its own (added to PYTHONPATH for the
+    dsrt runs only)."""
+    target = tmp_path_factory.mktemp("standin")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), os.path.join(REPO, "bindings", "python", "deepspeed_compat")],
+                   check=True)
+    return str(target)
+
+
+def run(output_dir, *extra, deepspeed=None, standin=None, compat=False, expect_ok=True):
+    env = dict(os.environ)
+    paths = [os.path.join(BUILD, "python")] + ([standin] if standin else [])
+    env["PYTHONPATH"] = os.pathsep.join(paths + [env.get("PYTHONPATH", "")])
+    env.update(TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", DSRT_LOG_LEVEL="warn",
+               CUDA_VISIBLE_DEVICES="")
+    if deepspeed:
+        # One CPU rank, as torchrun sets it up; Accelerate's DeepSpeed path needs LOCAL_RANK and
+        # ACCELERATE_TORCH_DEVICE=cpu to stay on the CPU.
+        env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(free_port()), ACCELERATE_TORCH_DEVICE="cpu")
+    command = [sys.executable, SCRIPT, "--output_dir", str(output_dir)] + list(extra)
+    if deepspeed:
+        command += ["--deepspeed", deepspeed]
+    if compat:
+        command.append("--dsrt_compat")
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    if expect_ok and done.returncode != 0:
+        raise AssertionError("%s failed (%d):\n%s" % (" ".join(command), done.returncode, done.stderr[-6000:]))
+    return done
+
+
+def losses(output_dir):
+    with open(os.path.join(output_dir, "losses.json")) as f:
+        return [entry["loss"] for entry in json.load(f)]
+
+
+def assert_close(got, want, what, rtol=2e-5):
+    assert len(got) == len(want), "%s: %d values, expected %d" % (what, len(got), len(want))
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert abs(g - w) <= rtol * abs(w), "%s[%d]: %r vs %r (relative %.2e)" % (what, i, g, w, abs(g - w) / abs(w))
+
+
+def load_weights(folder):
+    from safetensors.torch import load_file
+
+    return load_file(os.path.join(folder, "model.safetensors"))
+
+
+def assert_weights_close(got, want, what, rtol=1e-4):
+    """Every tensor of want in got, with a relative error (norm of the difference over the norm)
+    within rtol; shared (tied) names may be missing from one side."""
+    common = sorted(set(got) & set(want))
+    assert len(common) >= len(want) - 1, "%s: names differ: %s" % (what, sorted(set(want) ^ set(got)))
+    for name in common:
+        a, b = got[name].float(), want[name].float()
+        assert a.shape == b.shape, "%s %s: shape %s vs %s" % (what, name, tuple(a.shape), tuple(b.shape))
+        error = (a - b).norm().item() / max(b.norm().item(), 1e-12)
+        assert error <= rtol, "%s %s: relative error %.2e" % (what, name, error)
+
+
+def assert_same_function(folder, reference, rtol=1e-5):
+    from transformers import GPT2LMHeadModel
+
+    tokens = torch.randint(0, 96, (4, 16), generator=torch.Generator().manual_seed(7))
+    outputs = []
+    for path in (folder, reference):
+        model = GPT2LMHeadModel.from_pretrained(str(path), local_files_only=True).eval()
+        with torch.no_grad():
+            outputs.append(model(tokens).logits.double())
+    error = (outputs[0] - outputs[1]).norm().item() / outputs[1].norm().item()
+    assert error <= rtol, "the model in %s computes logits %.2e away from %s's" % (folder, error, reference)
+
+
+@pytest.fixture(scope="session")
+def plain(tmp_path_factory):
+    out = tmp_path_factory.mktemp("plain")
+    run(out)
+    return out
+
+
+@pytest.mark.parametrize("stage,offload,offload_param", [(2, True, False), (3, False, False), (3, True, True)],
+                         ids=["zero2-offload", "zero3", "zero3-offload-both"])
+def test_trainer_matches_plain_pytorch_and_saves(tmp_path, plain, standin, stage, offload, offload_param):
+    config = ds_config(tmp_path, stage, offload, offload_param, gather_on_save=True)
+    out = tmp_path / "run"
+    done = run(out, deepspeed=config, standin=standin)
+    assert "engine: dsrt." in done.stderr  # the Trainer's engine is dsrt's
+    want = losses(plain)
+    assert_close(losses(out), want, "zero%d losses" % stage)
+
+    # Checkpoints as DeepSpeed lays them out, with zero_to_fp32.py beside `latest`.
+    checkpoint = out / "checkpoint-8"
+    assert (checkpoint / "latest").read_text().strip() == "global_step8"
+    assert os.access(checkpoint / "zero_to_fp32.py", os.X_OK)
+
+    # save_model (the consolidated 16-bit state dict under ZeRO-3) against the plain run's model: the
+    # same function (the key bias of attention has no effect on the output and gets only rounding
+    # noise as gradient, which Adam amplifies, so the weights are compared through the outputs).
+    final = load_weights(out / "final")
+    assert_same_function(out / "final", plain / "final")
+
+    # The checkpoint's fp32 weights, three ways: zero_to_fp32.py, get_fp32_state_dict_from_zero_checkpoint
+    # and load_state_dict_from_zero_checkpoint into a fresh model.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(BUILD, "python"), standin]))
+    subprocess.run([sys.executable, str(checkpoint / "zero_to_fp32.py"), str(checkpoint), str(tmp_path / "fp32.bin")],
+                   env=env, check=True, capture_output=True)
+    consolidated = torch.load(tmp_path / "fp32.bin", map_location="cpu")
+    assert_weights_close(consolidated, final, "zero_to_fp32.py vs save_model", rtol=1e-6)
+    code = """
+import sys, torch
+import deepspeed
+from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint, load_state_dict_from_zero_checkpoint
+from transformers import GPT2Config, GPT2LMHeadModel
+state = get_fp32_state_dict_from_zero_checkpoint(sys.argv[1])
+config = GPT2Config(vocab_size=96, n_positions=16, n_embd=32, n_layer=2, n_head=2)
+model = load_state_dict_from_zero_checkpoint(GPT2LMHeadModel(config), sys.argv[1])
+loaded = model.state_dict()
+torch.save({"state": state, "loaded": {k: loaded[k] for k in state}}, sys.argv[2])
+"""
+    subprocess.run([sys.executable, "-c", code, str(checkpoint), str(tmp_path / "both.pt")], env=env, check=True,
+                   capture_output=True)
+    both = torch.load(tmp_path / "both.pt", map_location="cpu")
+    assert_weights_close(both["state"], consolidated, "get_fp32_state_dict_from_zero_checkpoint", rtol=0)
+    assert_weights_close(both["loaded"], consolidated, "load_state_dict_from_zero_checkpoint", rtol=0)
+
+
+def test_resume_from_checkpoint_continues_the_same_trajectory(tmp_path, plain, standin):
+    config = ds_config(tmp_path, 2, offload=True)
+    first = tmp_path / "first"
+    run(first, deepspeed=config, standin=standin)
+    # A new process resumes from the step-4 checkpoint the first run wrote, into its own folder.
+    second = tmp_path / "second"
+    import shutil
+
+    shutil.copytree(first / "checkpoint-4", second / "checkpoint-4")
+    run(second, "--resume_from_checkpoint", str(second / "checkpoint-4"), deepspeed=config, standin=standin)
+    resumed = losses(second)
+    assert len(resumed) == 4
+    assert_close(resumed, losses(first)[4:], "resumed losses vs the uninterrupted run", rtol=1e-6)
+    assert_close(resumed, losses(plain)[4:], "resumed losses vs plain PyTorch")
+
+
+def test_one_line_compat_without_the_standin(tmp_path, plain):
+    """`import dsrt.compat` at the top of the script instead of the pip-installed stand-in."""
+    out = tmp_path / "compat"
+    done = run(out, deepspeed=ds_config(tmp_path, 3), compat=True)
+    assert "engine: dsrt." in done.stderr
+    assert_close(losses(out), losses(plain), "zero3 losses (dsrt.compat)")
+
+
+def test_without_dsrt_the_trainer_refuses_deepspeed(tmp_path):
+    """The control: neither the stand-in nor the line, so transformers finds no DeepSpeed."""
+    done = run(tmp_path / "none", deepspeed=ds_config(tmp_path, 2), expect_ok=False)
+    assert done.returncode != 0
+    assert "deepspeed" in done.stderr.lower()
+
+
+def test_gradient_accumulation(tmp_path, standin):
+    plain_out = tmp_path / "plain"
+    run(plain_out, "--gradient_accumulation_steps", "2")
+    out = tmp_path / "dsrt"
+    run(out, "--gradient_accumulation_steps", "2", deepspeed=ds_config(tmp_path, 2, offload=True), standin=standin)
+    assert_close(losses(out), losses(plain_out), "zero2 losses with 2 micro-steps per step")
+
+
+@pytest.mark.xfail(reason="needs parameter groups and host-driven learning rates in dsrt (the 'host in charge' "
+                          "issue): the Trainer's own AdamW has two groups (weight decay and none) and its "
+                          "lr_scheduler_type is a torch scheduler", raises=AssertionError, strict=False)
+def test_trainers_own_two_group_adamw_and_schedule(tmp_path, standin):
+    plain_out = tmp_path / "plain"
+    run(plain_out, "--weight_decay", "0.1")
+    out = tmp_path / "dsrt"
+    run(out, "--weight_decay", "0.1", deepspeed=ds_config(tmp_path, 2, drop=("optimizer", "scheduler")),
+        standin=standin)
+    assert_close(losses(out), losses(plain_out), "zero2 losses with the Trainer's AdamW and schedule")
