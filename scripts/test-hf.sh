@@ -37,4 +37,24 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "${pins[*]}" ]; then
 fi
 cd "$repo"
 export DSRT_BUILD_DIR=$build
+
+# The stand-in refuses to install over a real DeepSpeed: DeepSpeed 0.13.1 itself (its source release,
+# installed without its compiled ops) in a fresh environment, then the stand-in on top of it.
+real=$(mktemp -d)
+trap 'rm -rf "$real"' EXIT
+$py -m venv --system-site-packages "$real/venv"
+if DS_BUILD_OPS=0 "$real/venv/bin/pip" install -q --disable-pip-version-check --timeout 30 --no-deps \
+     --no-build-isolation deepspeed==0.13.1 >"$real/ds.log" 2>&1; then
+  if "$real/venv/bin/pip" install --no-build-isolation "$repo/bindings/python/deepspeed_compat" >"$real/log" 2>&1; then
+    echo "test-hf: FAIL: the deepspeed stand-in installed over a real DeepSpeed"; exit 1
+  fi
+  grep -q "refusing to install dsrt's deepspeed stand-in: a real DeepSpeed 0.13.1 is installed" "$real/log" ||
+    { echo "test-hf: FAIL: the stand-in did not say why it refused:"; cat "$real/log"; exit 1; }
+  [ "$("$real/venv/bin/python" -c 'import importlib.metadata as m; print(m.version("deepspeed"))')" = 0.13.1 ] ||
+    { echo "test-hf: FAIL: the real DeepSpeed was changed"; exit 1; }
+  echo "test-hf: the stand-in refused to replace DeepSpeed 0.13.1, and said so"
+else
+  echo "test-hf: the refusal check is skipped: DeepSpeed 0.13.1 could not be installed:"; tail -3 "$real/ds.log"
+fi
+
 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/hf/test_hf_trainer.py tests/hf/test_tensorboard.py

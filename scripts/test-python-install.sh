@@ -56,3 +56,19 @@ except dsrt.ConfigError as error:
     assert "zero_optimization.stage" in error.message
 print("pip-installed dsrt", dsrt.version(), "works with", __import__("sys").version.split()[0])
 PY
+# dsrt's `deepspeed` stand-in beside it: the distribution the HF libraries look for.
+"$work/venv/bin/pip" install -q "${isolation[@]}" "$work/src/deepspeed_compat"
+"$work/venv/bin/python" - <<'PY'
+import importlib.metadata, importlib.util
+version = importlib.metadata.version("deepspeed")
+assert version.startswith("0.13.1+dsrt."), version
+try:
+    import torch  # noqa: F401
+except ImportError:
+    print("deepspeed stand-in", version, "installed (no torch here: not imported)")
+else:
+    import deepspeed
+    import dsrt.torch_front
+    assert deepspeed.DeepSpeedEngine is dsrt.torch_front.DsrtEngine and deepspeed.__version__ == version
+    print("deepspeed stand-in", version, "imports as dsrt")
+PY

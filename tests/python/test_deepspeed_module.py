@@ -203,3 +203,22 @@ def test_consolidated_state_dict_and_zero_to_fp32(tmp_path, stage):
                    env=env, check=True, capture_output=True)
     written = torch.load(tmp_path / "out.bin")
     assert all(torch.equal(written[name], state[name]) for name in names)
+
+
+def test_a_deepspeed_written_folder_is_named_as_such(tmp_path):
+    """dsrt does not read DeepSpeed's own checkpoint format yet: the error says so instead of
+    reporting a missing manifest."""
+    from dsrt.deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    tag = tmp_path / "global_step3"
+    tag.mkdir()
+    (tmp_path / "latest").write_text("global_step3")
+    torch.save({"module": {"w": torch.ones(2)}}, tag / "mp_rank_00_model_states.pt")
+    torch.save({"optimizer_state_dict": {}}, tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt")
+    with pytest.raises(dsrt.UnsupportedError, match="written by DeepSpeed"):
+        get_fp32_state_dict_from_zero_checkpoint(tmp_path)
+    model = torch.nn.Linear(2, 1)
+    engine, *_ = dsrt.initialize(model=model, config={"train_micro_batch_size_per_gpu": 1}, comm=dsrt.Comm.local())
+    with pytest.raises(dsrt.UnsupportedError, match="mp_rank_00_model_states.pt"):
+        engine.load_checkpoint(tmp_path)
+    engine.close()

@@ -25,6 +25,23 @@ def _write_recovery_script(save_dir):
     os.chmod(target, 0o755)
 
 
+def refuse_deepspeed_folder(tag_dir):
+    """UnsupportedError when tag_dir holds a checkpoint written by DeepSpeed itself (its
+    mp_rank_*_model_states.pt / *_optim_states.pt files, no dsrt manifest): dsrt does not read
+    DeepSpeed's format yet, and saying so beats "manifest.json is missing"."""
+    if not os.path.isdir(tag_dir) or os.path.isfile(os.path.join(tag_dir, "manifest.json")):
+        return
+    names = os.listdir(tag_dir)
+    deepspeed_files = sorted(n for n in names if n.endswith("_model_states.pt") or n.endswith("_optim_states.pt"))
+    if deepspeed_files:
+        raise _core.UnsupportedError(
+            _core.capi.DSRT_ERR_UNSUPPORTED,
+            "%s is a checkpoint written by DeepSpeed (%s); dsrt reads only its own checkpoints so far: load it "
+            "with DeepSpeed and consolidate it with DeepSpeed's zero_to_fp32.py, then start dsrt from those "
+            "weights (load_checkpoint(..., load_module_only=True) takes dsrt checkpoints only)"
+            % (tag_dir, deepspeed_files[0]))
+
+
 class CheckpointMixin:
     """Expects _engine (dsrt Engine), _frozen ([(name, param)]) and global_rank."""
 
@@ -86,6 +103,7 @@ class CheckpointMixin:
             warnings.warn("load_checkpoint: no 'latest' file in %s, so nothing was loaded; pass tag= to load "
                           "a particular checkpoint" % load_dir, stacklevel=2)
             return None, None
+        refuse_deepspeed_folder(os.path.join(load_dir, self._tag_of(load_dir, tag)))
         if load_module_only:
             return self._load_weights(load_dir, tag, load_module_strict)
         if not (load_optimizer_states and load_lr_scheduler_states):

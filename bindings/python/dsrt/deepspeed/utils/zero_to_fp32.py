@@ -38,8 +38,11 @@ def get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir, tag=None, exclude_f
 
     from ... import _core
 
+    from ..._checkpoint_front import refuse_deepspeed_folder
+
     checkpoint_dir = os.fspath(checkpoint_dir)
     tag = _tag(checkpoint_dir, tag)
+    refuse_deepspeed_folder(os.path.join(checkpoint_dir, tag))
     state = collections.OrderedDict()
     with _core.Checkpoint(checkpoint_dir, tag) as reader:
         for name in reader.names():
