@@ -78,30 +78,47 @@ def standin(tmp_path_factory):
     return str(target)
 
 
-def run(output_dir, *extra, deepspeed=None, standin=None, compat=False, expect_ok=True):
+def run(output_dir, *extra, deepspeed=None, standin=None, compat=False, expect_ok=True, ranks=1):
+    """The script as one process, or as `ranks` processes in the environment torchrun gives them."""
     env = dict(os.environ)
     paths = [os.path.join(BUILD, "python")] + ([standin] if standin else [])
     env["PYTHONPATH"] = os.pathsep.join(paths + [env.get("PYTHONPATH", "")])
     env.update(TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", DSRT_LOG_LEVEL="warn",
                CUDA_VISIBLE_DEVICES="")
     if deepspeed:
-        # One CPU rank, as torchrun sets it up; Accelerate's DeepSpeed path needs LOCAL_RANK and
-        # ACCELERATE_TORCH_DEVICE=cpu to stay on the CPU.
-        env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+        # CPU ranks as torchrun sets them up; Accelerate's DeepSpeed path needs LOCAL_RANK and
+        # ACCELERATE_TORCH_DEVICE=cpu to stay on the CPU. (dsrt's ranks meet on MASTER_PORT + 1.)
+        env.update(WORLD_SIZE=str(ranks), LOCAL_WORLD_SIZE=str(ranks), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(free_port()), ACCELERATE_TORCH_DEVICE="cpu")
     command = [sys.executable, SCRIPT, "--output_dir", str(output_dir)] + list(extra)
     if deepspeed:
         command += ["--deepspeed", deepspeed]
     if compat:
         command.append("--dsrt_compat")
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    if expect_ok and done.returncode != 0:
-        raise AssertionError("%s failed (%d):\n%s" % (" ".join(command), done.returncode, done.stderr[-6000:]))
-    return done
+    processes = []
+    for rank in range(ranks):
+        rank_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank)) if deepspeed else env
+        processes.append(subprocess.Popen(command, env=rank_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True))
+    results = []
+    for process in processes:
+        try:
+            out, err = process.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            for p in processes:
+                p.kill()
+            raise
+        results.append(subprocess.CompletedProcess(command, process.returncode, out, err))
+    for rank, done in enumerate(results):
+        if expect_ok and done.returncode != 0:
+            raise AssertionError("%s (rank %d) failed (%d):\n%s" % (" ".join(command), rank, done.returncode,
+                                                                  done.stderr[-6000:]))
+    return results[0]
 
 
-def losses(output_dir):
-    with open(os.path.join(output_dir, "losses.json")) as f:
+def losses(output_dir, rank=0):
+    name = "losses.json" if rank == 0 else "losses_rank%d.json" % rank
+    with open(os.path.join(output_dir, name)) as f:
         return [entry["loss"] for entry in json.load(f)]
 
 
@@ -224,6 +241,21 @@ def test_without_dsrt_the_trainer_refuses_deepspeed(tmp_path):
     done = run(tmp_path / "none", deepspeed=ds_config(tmp_path, 2), expect_ok=False)
     assert done.returncode != 0
     assert "deepspeed" in done.stderr.lower()
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_two_ranks_see_the_batches_of_one_process(tmp_path, standin, stage):
+    """Two CPU ranks (dsrt's TCP communicator) at micro-batch 4 against one plain process at 8: each
+    step's mean of the ranks' losses is the plain loss, and the saved models compute the same."""
+    plain_out = tmp_path / "plain"
+    run(plain_out, "--micro_batch", "8")
+    out = tmp_path / "dsrt"
+    config = ds_config(tmp_path, stage, offload=stage == 2, gather_on_save=True)
+    run(out, deepspeed=config, standin=standin, ranks=2)
+    mean = [(a + b) / 2 for a, b in zip(losses(out, 0), losses(out, 1))]
+    assert_close(mean, losses(plain_out), "zero%d 2-rank mean losses" % stage)
+    assert losses(out, 0) != losses(out, 1)  # the ranks trained on different samples
+    assert_same_function(out / "final", plain_out / "final")
 
 
 def test_gradient_accumulation(tmp_path, standin):

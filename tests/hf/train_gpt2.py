@@ -8,8 +8,10 @@ tests can compare the two runs step by step.
         [--learning_rate 5e-3] [--lr_scheduler_type constant]
         [--resume_from_checkpoint OUT/checkpoint-4] [--dsrt_compat]
 
-It writes OUT/losses.json (every micro-step's loss, full precision, with the optimizer step it
-belongs to) and, at the end, trainer.save_model(OUT/final).
+It writes OUT/losses.json (every micro-step's loss on rank 0, full precision, with the optimizer
+step it belongs to; other ranks write losses_rank<R>.json) and, at the end,
+trainer.save_model(OUT/final). With WORLD_SIZE ranks the data has WORLD_SIZE times the samples, so
+a run of R ranks at --micro_batch B sees the batches of one process at --micro_batch R*B.
 """
 
 import argparse
@@ -25,6 +27,7 @@ def parse():
     parser.add_argument("--max_steps", type=int, default=8)
     parser.add_argument("--save_steps", type=int, default=4)
     parser.add_argument("--gradient_accumulation_steps", type=int, default=1)
+    parser.add_argument("--micro_batch", type=int, default=4)
     parser.add_argument("--weight_decay", type=float, default=0.0)
     parser.add_argument("--learning_rate", type=float, default=5e-3)
     parser.add_argument("--lr_scheduler_type", default="constant")
@@ -40,8 +43,9 @@ def main():
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
-    micro_batch, seq = 4, 16
-    samples = micro_batch * args.gradient_accumulation_steps * args.max_steps
+    micro_batch, seq = args.micro_batch, 16
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    samples = micro_batch * args.gradient_accumulation_steps * args.max_steps * world
     generator = torch.Generator().manual_seed(1234)
     tokens = torch.randint(0, 96, (samples, seq), generator=generator)
     # A learnable pattern: every odd position repeats the token before it.
@@ -75,9 +79,9 @@ def main():
     trainer = RecordingTrainer(model=model, args=training_args, train_dataset=dataset)
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     trainer.save_model(os.path.join(args.output_dir, "final"))
-    if trainer.args.should_save:
-        with open(os.path.join(args.output_dir, "losses.json"), "w") as f:
-            json.dump(losses, f)
+    rank = int(os.environ.get("RANK", "0"))
+    with open(os.path.join(args.output_dir, "losses.json" if rank == 0 else "losses_rank%d.json" % rank), "w") as f:
+        json.dump(losses, f)
     engine = getattr(trainer, "deepspeed", None)
     print("trained", len(losses), "micro-steps; engine:", type(engine).__module__ if engine is not None else None,
           file=sys.stderr)
