@@ -276,3 +276,68 @@ def test_trainers_own_two_group_adamw_and_schedule(tmp_path, standin):
     run(out, "--weight_decay", "0.1", deepspeed=ds_config(tmp_path, 2, drop=("optimizer", "scheduler")),
         standin=standin)
     assert_close(losses(out), losses(plain_out), "zero2 losses with the Trainer's AdamW and schedule")
+
+
+ACCELERATE_SCRIPT = os.path.join(HERE, "accelerate_gpt2.py")
+
+
+def run_accelerate(init_dir, out, launch_env=None, standin=None):
+    """accelerate_gpt2.py as one process; launch_env is what `accelerate launch --use_deepspeed`
+    exports (its torchrun cannot start workers with Debian's torch 1.13, so the test sets it)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(BUILD, "python")] + ([standin] if standin else [])),
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", DSRT_LOG_LEVEL="warn", CUDA_VISIBLE_DEVICES="")
+    if launch_env:
+        env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(free_port()), ACCELERATE_TORCH_DEVICE="cpu", ACCELERATE_USE_DEEPSPEED="true",
+                   **launch_env)
+    os.makedirs(out, exist_ok=True)
+    done = subprocess.run([sys.executable, ACCELERATE_SCRIPT, str(init_dir), str(out)], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-6000:]
+    return done
+
+
+@pytest.fixture(scope="session")
+def accelerate_plain(tmp_path_factory):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    init_dir = tmp_path_factory.mktemp("init")
+    torch.manual_seed(8)
+    GPT2LMHeadModel(GPT2Config(vocab_size=96, n_positions=16, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.0,
+                               embd_pdrop=0.0, attn_pdrop=0.0)).save_pretrained(str(init_dir))
+    out = tmp_path_factory.mktemp("accelerate_plain")
+    run_accelerate(init_dir, out)
+    return init_dir, out
+
+
+def test_accelerate_with_a_deepspeed_config_file(tmp_path, accelerate_plain, standin):
+    """deepspeed_config_file with optimizer and scheduler sections: DummyOptim and DummyScheduler."""
+    init_dir, plain_out = accelerate_plain
+    config = copy.deepcopy(BASE_CONFIG)
+    config["gradient_clipping"] = 1.0
+    # Accelerate fills lr and weight_decay from DummyOptim; the rest must be written out.
+    config["optimizer"]["params"].update(betas=[0.9, 0.999], eps=1e-8)
+    config["scheduler"]["params"]["warmup_max_lr"] = LR
+    config["zero_optimization"] = {"stage": 2, "offload_optimizer": {"device": "cpu"}}
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(config))
+    out = tmp_path / "dsrt"
+    done = run_accelerate(init_dir, out, {"ACCELERATE_DEEPSPEED_CONFIG_FILE": str(path)}, standin=standin)
+    assert "engine: dsrt." in done.stderr
+    assert_close(losses(out), losses(plain_out), "Accelerate zero2 losses")
+    assert_same_function(out / "final", plain_out / "final")
+
+
+def test_accelerate_plugin_zero3_init_and_16bit_save(tmp_path, accelerate_plain, standin):
+    """The plugin without a file (zero stage 3, zero3_init: from_pretrained under deepspeed.zero.Init
+    and GatheredParameters; zero3_save_16bit_model), a torch AdamW as the optimizer."""
+    init_dir, plain_out = accelerate_plain
+    out = tmp_path / "dsrt"
+    done = run_accelerate(init_dir, out, {"ACCELERATE_DEEPSPEED_ZERO_STAGE": "3", "ACCELERATE_GRADIENT_CLIPPING": "1.0",
+                                          "ACCELERATE_DEEPSPEED_ZERO3_INIT": "true",
+                                          "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL": "true",
+                                          "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE": "cpu"}, standin=standin)
+    assert "engine: dsrt." in done.stderr
+    assert "zero.Init" in done.stderr  # from_pretrained ran under deepspeed.zero.Init
+    assert_close(losses(out), losses(plain_out), "Accelerate zero3 losses")
+    assert_same_function(out / "final", plain_out / "final")
