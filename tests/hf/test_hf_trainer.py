@@ -10,6 +10,7 @@ engine's.
 """
 
 import copy
+import csv
 import json
 import os
 import socket
@@ -78,7 +79,7 @@ def standin(tmp_path_factory):
     return str(target)
 
 
-def run(output_dir, *extra, deepspeed=None, standin=None, compat=False, expect_ok=True, ranks=1):
+def run(output_dir, *extra, deepspeed=None, standin=None, compat=False, expect_ok=True, ranks=1, cwd=None):
     """The script as one process, or as `ranks` processes in the environment torchrun gives them."""
     env = dict(os.environ)
     paths = [os.path.join(BUILD, "python")] + ([standin] if standin else [])
@@ -99,7 +100,7 @@ def run(output_dir, *extra, deepspeed=None, standin=None, compat=False, expect_o
     for rank in range(ranks):
         rank_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank)) if deepspeed else env
         processes.append(subprocess.Popen(command, env=rank_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          text=True))
+                                          text=True, cwd=cwd))
     results = []
     for process in processes:
         try:
@@ -341,3 +342,28 @@ def test_accelerate_plugin_zero3_init_and_16bit_save(tmp_path, accelerate_plain,
     assert "zero.Init" in done.stderr  # from_pretrained ran under deepspeed.zero.Init
     assert_close(losses(out), losses(plain_out), "Accelerate zero3 losses")
     assert_same_function(out / "final", plain_out / "final")
+
+
+def test_the_documented_config_follows_deepspeeds_schedule(tmp_path, standin):
+    """examples/python/ds_config_hf_trainer.json (the README's command): WarmupDecayLR with the
+    Trainer's "auto" values, and csv_monitor. The learning rate the Trainer logs after step k is
+    DeepSpeed's WarmupDecayLR at iteration k - 1 (warmup_num_steps 0 counts as 2, linear warmup
+    from 0, then linear decay to 0 at total_num_steps 8), written out here from DeepSpeed's
+    documented formula."""
+    out = tmp_path / "run"
+    config = os.path.join(REPO, "examples", "python", "ds_config_hf_trainer.json")
+    # csv_monitor's output_path "monitor" is relative to the working directory.
+    run(out, "--lr_scheduler_type", "linear", deepspeed=config, standin=standin, cwd=tmp_path)
+
+    def deepspeed_lr(iteration, warmup=2, total=8):
+        if iteration < warmup:
+            return LR * iteration / warmup
+        return LR * max(0.0, (total - iteration) / (total - warmup))
+
+    with open(out / "checkpoint-8" / "trainer_state.json") as f:
+        logged = [entry["learning_rate"] for entry in json.load(f)["log_history"] if "learning_rate" in entry]
+    assert logged == pytest.approx([deepspeed_lr(k - 1) for k in range(1, 9)], rel=1e-12, abs=1e-15)
+    with open(tmp_path / "monitor" / "hf_trainer" / "Train_Samples_train_loss.csv", newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["step", "train_loss"] and [int(r[0]) for r in rows[1:]] == [4 * k for k in range(8)]
+    assert [float(r[1]) for r in rows[1:]] == pytest.approx(losses(out), rel=1e-6)

@@ -60,6 +60,9 @@ const DSRT_LOG_WARN = 1
 const DSRT_LOG_INFO = 2
 const DSRT_LOG_DEBUG = 3
 
+const DSRT_HOST_FORWARD = 0
+const DSRT_HOST_BACKWARD = 1
+
 const DSRT_F32 = 0
 const DSRT_F16 = 1
 const DSRT_BF16 = 2
@@ -182,6 +185,15 @@ dsrt_engine_tensor(engine, index) =
     ccall((:dsrt_engine_tensor, libdsrt), Ptr{dsrt_tensor}, (Ptr{dsrt_engine}, Int64), engine, index)
 dsrt_engine_memory(engine, out) =
     ccall((:dsrt_engine_memory, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Ptr{dsrt_memory_stats}), engine, out)
+
+# ---- monitors ----------------------------------------------------------------------------------------
+dsrt_engine_report_loss(engine, loss) =
+    ccall((:dsrt_engine_report_loss, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Float64), engine, loss)
+dsrt_engine_report_host_time(engine, phase, seconds) =
+    ccall((:dsrt_engine_report_host_time, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Int32, Float64), engine, phase,
+          seconds)
+dsrt_engine_events(engine, out) =
+    ccall((:dsrt_engine_events, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Ptr{Ptr{Cchar}}), engine, out)
 
 # ---- checkpoints -------------------------------------------------------------------------------------
 dsrt_engine_set_client_state(engine, data, size) =

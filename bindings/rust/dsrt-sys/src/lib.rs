@@ -34,6 +34,10 @@ pub const DSRT_LOG_INFO: i32 = 2;
 pub const DSRT_LOG_DEBUG: i32 = 3;
 pub type dsrt_log_fn = Option<unsafe extern "C" fn(level: i32, msg: *const c_char, user: *mut c_void)>;
 
+// --- monitors -------------------------------------------------------------------------------
+pub const DSRT_HOST_FORWARD: i32 = 0;
+pub const DSRT_HOST_BACKWARD: i32 = 1;
+
 // --- enums (C enums are 32-bit ints; kept as integers so an unknown value is never UB) --------
 pub type dsrt_dtype = u32;
 pub const DSRT_F32: dsrt_dtype = 0;
@@ -172,6 +176,9 @@ extern "C" {
     pub fn dsrt_engine_num_tensors(engine: *const dsrt_engine) -> i64;
     pub fn dsrt_engine_tensor(engine: *mut dsrt_engine, index: i64) -> *mut dsrt_tensor;
     pub fn dsrt_engine_memory(engine: *const dsrt_engine, out: *mut dsrt_memory_stats) -> dsrt_status;
+    pub fn dsrt_engine_report_loss(engine: *mut dsrt_engine, loss: f64) -> dsrt_status;
+    pub fn dsrt_engine_report_host_time(engine: *mut dsrt_engine, phase: i32, seconds: f64) -> dsrt_status;
+    pub fn dsrt_engine_events(engine: *const dsrt_engine, out: *mut *mut c_char) -> dsrt_status;
 
     pub fn dsrt_engine_set_client_state(engine: *mut dsrt_engine, data: *const c_void, size: u64) -> dsrt_status;
     pub fn dsrt_engine_client_state(engine: *const dsrt_engine, data: *mut *const c_void, size: *mut u64) -> dsrt_status;
