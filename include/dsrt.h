@@ -350,7 +350,8 @@ DSRT_API dsrt_status dsrt_engine_memory(const dsrt_engine *engine, dsrt_memory_s
 ** Train_Samples_train_loss.csv), a "step,<name>" header the first time an engine writes a file,
 ** then "step,value" rows. The folder is created by dsrt_engine_create (DSRT_ERR_IO if it cannot
 ** be); a failed write during training is logged once at warn level and training goes on.
-** With a loss reported, the steps_per_print progress line ends with ", loss <train_loss>".
+** With a loss reported, the steps_per_print progress line ends with ", loss <train_loss>", and
+** wall_clock_breakdown's line with the host's forward and backward milliseconds per step.
 */
 
 /* The host's loss for this micro-step, as its model computed it (not multiplied by the loss

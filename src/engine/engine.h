@@ -305,6 +305,9 @@ class Engine {
   double monitor_reduce_mark_ = 0;  // reducer_.reduce_seconds() at the previous boundary
   bool has_last_loss_ = false;      // the last boundary's train_loss, for the progress line
   double last_loss_ = 0;
+  // The host's forward and backward seconds since the last progress line (-1: never reported).
+  double progress_host_seconds_[2] = {-1, -1};
+  std::string host_times_text(int64_t steps) const;  // ", host forward X ms, backward Y ms" per step
 };
 
 }  // namespace dsrt

@@ -32,7 +32,18 @@ Status Engine::report_host_time(int phase, double seconds) {
     return Error(DSRT_ERR_INVALID_ARGUMENT, "report_host_time: %g seconds; pass the measured duration (>= 0)",
                  seconds);
   monitor_.add_host_time(phase, seconds);
+  double &sum = progress_host_seconds_[phase == DSRT_HOST_FORWARD ? 0 : 1];
+  sum = (sum < 0 ? 0 : sum) + seconds;
   return Status::Ok();
+}
+
+std::string Engine::host_times_text(int64_t steps) const {
+  const double div = steps > 0 ? static_cast<double>(steps) : 1.0;
+  std::string text;
+  const char *names[2] = {"host forward", "host backward"};
+  for (int i = 0; i < 2; ++i)
+    if (progress_host_seconds_[i] >= 0) text += Format(", %s %.3f ms", names[i], 1e3 * progress_host_seconds_[i] / div);
+  return text;
 }
 
 // Called by complete_boundary after global_step has advanced.

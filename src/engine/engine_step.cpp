@@ -359,9 +359,10 @@ void Engine::report_progress(const dsrt_step_result &result) {
                         static_cast<long long>(counters_.skipped_steps), samples_per_s,
                         has_last_loss_ ? (", loss " + python_float_text(last_loss_)).c_str() : ""));
     if (config_.wall_clock_breakdown)
-      log_progress(Format("step %lld time per step: %s, gradient collectives %.3f ms",
+      log_progress(Format("step %lld time per step: %s, gradient collectives %.3f ms%s",
                           static_cast<long long>(result.global_step), timers_.summary(steps).c_str(),
-                          steps > 0 ? 1e3 * reducer_.reduce_seconds() / static_cast<double>(steps) : 0.0));
+                          steps > 0 ? 1e3 * reducer_.reduce_seconds() / static_cast<double>(steps) : 0.0,
+                          host_times_text(steps).c_str()));
     if (config_.wall_clock_breakdown && nvme_)
       log_progress(Format("step %lld NVMe optimizer pass: %zu sub-groups, read wait %.3f ms, write wait %.3f ms, "
                           "kernels %.3f ms, total %.3f ms, %zu of %zu swap buffers in use at peak; "
@@ -398,6 +399,8 @@ void Engine::report_progress(const dsrt_step_result &result) {
     }
   }
   if (coordinator_) progress_swap_last_ = coordinator_->swap_in_stats();
+  for (double &seconds : progress_host_seconds_)
+    if (seconds > 0) seconds = 0;  // -1 stays: the host never reported that phase
   timers_.reset();
   reducer_.reset_timers();
 }

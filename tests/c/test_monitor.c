@@ -31,10 +31,11 @@ static int failures = 0;
   } while (0)
 #define OK(call) STATUS(call, DSRT_OK)
 
-static char progress[8192];
+static char progress[16384];
 static void keep_progress(int32_t level, const char *msg, void *user) {
   (void)user;
-  if (level == DSRT_LOG_INFO && strstr(msg, "samples/s") != NULL && strlen(progress) + strlen(msg) + 2 < sizeof progress) {
+  if (level == DSRT_LOG_INFO && (strstr(msg, "samples/s") != NULL || strstr(msg, "time per step") != NULL) &&
+      strlen(progress) + strlen(msg) + 2 < sizeof progress) {
     strcat(progress, msg);
     strcat(progress, "\n");
   }
@@ -220,6 +221,13 @@ int main(void) {
     const char *line = strstr(progress, "step 3: ");
     const char *loss = line ? strstr(line, ", loss ") : NULL;
     EXPECT(loss != NULL && strtod(loss + 7, NULL) == loss_values[2]);
+    /* wall_clock_breakdown's line carries the host's times per step: boundary 3 reported
+    ** forward 0.003 + 0.002 s and backward 0.003 + 0.012 s. */
+    const char *times = strstr(progress, "step 3 time per step:");
+    const char *forward = times ? strstr(times, "host forward ") : NULL;
+    const char *backward = times ? strstr(times, "host backward ") : NULL;
+    EXPECT(forward != NULL && fabs(strtod(forward + 13, NULL) - 5.0) < 1e-3);
+    EXPECT(backward != NULL && fabs(strtod(backward + 14, NULL) - 15.0) < 1e-3);
   }
 
   /* DeepSpeed's files: "job one" -> folder/job one/, '/' -> '_', a header, then step,value rows. */
@@ -240,6 +248,7 @@ int main(void) {
 
   /* A new engine appends to the same files, with a header of its own (as DeepSpeed's monitor
   ** does after a restart); a boundary without a reported loss writes no train_loss. */
+  progress[0] = '\0';
   engine = make_engine(folder, &w);
   OK(dsrt_engine_build(engine));
   for (int i = 0; i < 2; ++i) {
@@ -258,6 +267,7 @@ int main(void) {
     EXPECT(text && !find_event(text, "Train/Samples/train_loss", &value, &step));
     EXPECT(text && find_event(text, "Train/Samples/lr", &value, &step) && step == batch);
     EXPECT(text && !find_event(text, "Train/Samples/elapsed_time_ms_forward", &value, &step));
+    EXPECT(strstr(progress, "step 1 time per step:") != NULL && strstr(progress, "host forward") == NULL);
   }
   dsrt_free(text);
   dsrt_engine_destroy(engine);
