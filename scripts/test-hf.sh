@@ -45,7 +45,8 @@ trap 'rm -rf "$real"' EXIT
 $py -m venv --system-site-packages "$real/venv"
 if DS_BUILD_OPS=0 "$real/venv/bin/pip" install -q --disable-pip-version-check --timeout 30 --no-deps \
      --no-build-isolation deepspeed==0.13.1 >"$real/ds.log" 2>&1; then
-  if "$real/venv/bin/pip" install --no-build-isolation "$repo/bindings/python/deepspeed_compat" >"$real/log" 2>&1; then
+  cp -r "$repo/bindings/python" "$real/src"  # pip writes its egg-info beside the setup.py it runs
+  if "$real/venv/bin/pip" install --no-build-isolation "$real/src/deepspeed_compat" >"$real/log" 2>&1; then
     echo "test-hf: FAIL: the deepspeed stand-in installed over a real DeepSpeed"; exit 1
   fi
   grep -q "refusing to install dsrt's deepspeed stand-in: a real DeepSpeed 0.13.1 is installed" "$real/log" ||

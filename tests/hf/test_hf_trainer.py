@@ -72,10 +72,15 @@ def free_port():
 def standin(tmp_path_factory):
     """The `deepspeed` stand-in, pip-installed into a folder of its own (added to PYTHONPATH for the
     dsrt runs only)."""
+    import shutil
+
     target = tmp_path_factory.mktemp("standin")
+    # Built from a copy: pip leaves its egg-info beside the setup.py it runs.
+    source = tmp_path_factory.mktemp("standin_source") / "python"
+    shutil.copytree(os.path.join(REPO, "bindings", "python"), source,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), os.path.join(REPO, "bindings", "python", "deepspeed_compat")],
-                   check=True)
+                    "--target", str(target), str(source / "deepspeed_compat")], check=True)
     return str(target)
 
 

@@ -6,6 +6,10 @@ dsrt.Error subclasses. The raw SWIG module is dsrt.capi.
 DeepSpeed-shaped PyTorch front: a DeepSpeed script ports by changing `import deepspeed` to
 `import dsrt as deepspeed`: init_distributed(), add_config_arguments(), initialize(),
 engine.backward(), engine.step(), zero.Init, zero.GatheredParameters.
+
+For libraries that `import deepspeed` themselves (the Hugging Face Trainer, Accelerate):
+`import dsrt.compat` first makes `deepspeed` mean dsrt.deepspeed, DeepSpeed's module tree backed
+by dsrt (or pip-install bindings/python/deepspeed_compat). See docs/huggingface.md.
 """
 
 from . import capi

@@ -18,6 +18,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.metadata
 import importlib.util
+import pathlib
 import sys
 
 from . import deepspeed as _tree
@@ -60,7 +61,8 @@ class _StandInDistribution(importlib.metadata.Distribution):
         return None
 
     def locate_file(self, path):
-        return _tree.__file__
+        # The folder that holds the dsrt package (this distribution lists no files of its own).
+        return pathlib.Path(_tree.__file__).parent.parent.parent / path
 
 
 class _DeepSpeedFinder(importlib.abc.MetaPathFinder):

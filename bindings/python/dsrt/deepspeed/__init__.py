@@ -22,7 +22,7 @@ from .version import __version__, __version_major__, __version_minor__, __versio
 # deepspeed.runtime.zero under a second name.
 sys.modules[__name__ + ".zero"] = zero
 
-init_distributed = _distributed.init_distributed
+init_distributed = comm.init_distributed  # DeepSpeed's is deepspeed.comm's (nccl falls back to gloo without CUDA)
 add_config_arguments = _distributed.add_config_arguments
 
 # dsrt's own version, for messages ("deepspeed (dsrt 0.1.0)").
