@@ -45,8 +45,9 @@ BASE_CONFIG = {
 }
 
 
-def ds_config(tmp_path, stage, offload=False, offload_param=False, gather_on_save=False, drop=()):
+def ds_config(tmp_path, stage, offload=False, offload_param=False, gather_on_save=False, drop=(), **sections):
     config = copy.deepcopy(BASE_CONFIG)
+    config.update(sections)
     for key in drop:
         del config[key]
     zero = {"stage": stage, "stage3_param_persistence_threshold": 0}
@@ -256,11 +257,17 @@ def test_two_ranks_see_the_batches_of_one_process(tmp_path, standin, stage):
     plain_out = tmp_path / "plain"
     run(plain_out, "--micro_batch", "8")
     out = tmp_path / "dsrt"
-    config = ds_config(tmp_path, stage, offload=stage == 2, gather_on_save=True)
+    monitor = {"enabled": True, "output_path": str(tmp_path / "csv"), "job_name": "two"}
+    config = ds_config(tmp_path, stage, offload=stage == 2, gather_on_save=True, csv_monitor=monitor)
     run(out, deepspeed=config, standin=standin, ranks=2)
     mean = [(a + b) / 2 for a, b in zip(losses(out, 0), losses(out, 1))]
     assert_close(mean, losses(plain_out), "zero%d 2-rank mean losses" % stage)
     assert losses(out, 0) != losses(out, 1)  # the ranks trained on different samples
+    # csv_monitor: rank 0 writes, as DeepSpeed's monitor does: its own losses at the global sample count.
+    with open(tmp_path / "csv" / "two" / "Train_Samples_train_loss.csv", newline="") as f:
+        rows = list(csv.reader(f))[1:]
+    assert [int(step) for step, _ in rows] == [8 * k for k in range(8)]  # 2 ranks x micro-batch 4
+    assert [float(value) for _, value in rows] == pytest.approx(losses(out, 0), rel=1e-6)
     assert_same_function(out / "final", plain_out / "final")
 
 
