@@ -13,6 +13,7 @@ import copy
 import csv
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -379,3 +380,25 @@ def test_the_documented_config_follows_deepspeeds_schedule(tmp_path, standin):
         rows = list(csv.reader(f))
     assert rows[0] == ["step", "train_loss"] and [int(r[0]) for r in rows[1:]] == [4 * k for k in range(8)]
     assert [float(r[1]) for r in rows[1:]] == pytest.approx(losses(out), rel=1e-6)
+
+
+def test_zero3_save_model_without_gathering_writes_a_checkpoint(tmp_path, plain, standin):
+    """save_model at ZeRO-3 without stage3_gather_16bit_weights_on_model_save: the Trainer catches
+    Accelerate's ValueError, removes its empty model file and calls save_checkpoint on the output
+    folder; that folder's zero_to_fp32.py recovers the weights, as the Trainer's warning says."""
+    out = tmp_path / "run"
+    run(out, deepspeed=ds_config(tmp_path, 3), standin=standin)
+    final = out / "final"
+    assert not (final / "model.safetensors").exists()
+    assert (final / "latest").read_text().strip() == "global_step8"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(BUILD, "python"), standin]))
+    subprocess.run([sys.executable, str(final / "zero_to_fp32.py"), str(final), str(tmp_path / "fp32.bin")],
+                   env=env, check=True, capture_output=True)
+    from safetensors.torch import save_file
+
+    state = torch.load(tmp_path / "fp32.bin", map_location="cpu")
+    recovered = tmp_path / "recovered"
+    recovered.mkdir()
+    shutil.copy(final / "config.json", recovered / "config.json")
+    save_file(state, str(recovered / "model.safetensors"), metadata={"format": "pt"})  # from_pretrained re-ties lm_head
+    assert_same_function(recovered, plain / "final")
