@@ -402,3 +402,16 @@ def test_zero3_save_model_without_gathering_writes_a_checkpoint(tmp_path, plain,
     shutil.copy(final / "config.json", recovered / "config.json")
     save_file(state, str(recovered / "model.safetensors"), metadata={"format": "pt"})  # from_pretrained re-ties lm_head
     assert_same_function(recovered, plain / "final")
+
+
+def test_bf16_follows_the_fp32_trajectory_to_bf16_precision(tmp_path, plain, standin):
+    """--bf16 with bf16.enabled "auto": dsrt keeps bf16 working weights (the model computes in
+    bf16) and fp32 masters; each loss is the fp32 run's to bf16's precision (8 bits: a relative
+    spacing of 2^-7 near these values), and the losses are not the fp32 ones."""
+    config = ds_config(tmp_path, 2, bf16={"enabled": "auto"})
+    out = tmp_path / "run"
+    run(out, "--bf16", deepspeed=config, standin=standin)
+    got, want = losses(out), losses(plain)
+    assert_close(got, want, "bf16 losses vs fp32", rtol=1e-2)
+    assert all(torch.tensor(v).to(torch.bfloat16).item() == v for v in got)  # computed in bf16
+    assert got != want

@@ -32,6 +32,7 @@ def parse():
     parser.add_argument("--learning_rate", type=float, default=5e-3)
     parser.add_argument("--lr_scheduler_type", default="constant")
     parser.add_argument("--resume_from_checkpoint", default=None)
+    parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--dsrt_compat", action="store_true", help="run `import dsrt.compat` first")
     return parser.parse_args()
 
@@ -75,7 +76,7 @@ def main():
         learning_rate=args.learning_rate, warmup_steps=0, lr_scheduler_type=args.lr_scheduler_type,
         weight_decay=args.weight_decay, max_grad_norm=1.0, logging_steps=1, save_steps=args.save_steps,
         save_strategy="steps", report_to=[], seed=42, dataloader_num_workers=0, deepspeed=args.deepspeed,
-        disable_tqdm=True)
+        disable_tqdm=True, bf16=args.bf16, use_cpu=args.bf16 and not args.deepspeed)
     trainer = RecordingTrainer(model=model, args=training_args, train_dataset=dataset)
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     trainer.save_model(os.path.join(args.output_dir, "final"))
