@@ -372,6 +372,7 @@ class MpiComm final : public Comm, public std::enable_shared_from_this<MpiComm> 
       broken_reason_ = status.message();
     }
     broken_ = true;
+    mpi_runtime_mark_broken();
     logf(DSRT_LOG_ERROR, "%s", status.message().c_str());
     return status;
   }
@@ -465,6 +466,7 @@ Status mpi_comm_create_world(int expected_rank, int expected_size, const char *l
     DSRT_RETURN_IF_ERROR(mpi_check(MPI_Comm_idup(MPI_COMM_WORLD, &dup, &request), "MPI_Comm_idup"));
   }
   Status dup_status = poll_request(ctx, &request, "MPI_Comm_idup");
+  if (!dup_status.ok()) mpi_runtime_mark_broken();
   if (!dup_status.ok())
     return dup_status.with_context(Format("creating a communicator on rank %d of %d (every rank must create it)",
                                           rank, size));

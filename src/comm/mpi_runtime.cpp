@@ -5,6 +5,8 @@
 #include <dirent.h>
 #include <dlfcn.h>
 
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -81,10 +83,21 @@ void mpi_keep_plugins_mapped() {}
 
 namespace {
 
+std::atomic<bool> g_broken{false};
+
+// MPI_Finalize is collective: with a rank dead or stuck it can wait for ever. After a failed
+// collective (a timeout: the peer died or stopped answering) the process skips it, so survivors
+// that a launcher lets run can exit; the launcher reports that they exited without finalizing.
 void finalize_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  if (g_broken.load()) {
+    std::fprintf(stderr, "dsrt: not calling MPI_Finalize at exit: a collective failed (a rank died or stopped "
+                         "answering), and finalizing would wait for it\n");
+    return;
+  }
+  MPI_Finalize();
 }
 
 const char *thread_level_name(int level) {
@@ -106,6 +119,10 @@ Status mpi_check(int rc, const char *call) {
   if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) text[0] = '\0';
   return Error(DSRT_ERR_COMM, "%s failed: %s (MPI error %d)", call, text, rc);
 }
+
+void mpi_runtime_mark_broken() { g_broken.store(true); }
+
+bool mpi_runtime_broken() { return g_broken.load(); }
 
 bool mpi_runtime_finalized() {
   int finalized = 0;

@@ -34,6 +34,12 @@ struct MpiRuntime {
 Status mpi_runtime_start(const MpiRuntime **out);
 // True once MPI_Finalize has run (dsrt must not call MPI after that).
 bool mpi_runtime_finalized();
+// Called when a collective failed (timeout, MPI error): the world may hold a dead rank, so the
+// exit handler dsrt installed (when dsrt initialized MPI) skips the collective MPI_Finalize, which
+// could otherwise wait for ever. A host that initialized MPI itself should call MPI_Abort rather
+// than MPI_Finalize after a DSRT_ERR_COMM from a collective.
+void mpi_runtime_mark_broken();
+bool mpi_runtime_broken();
 // DSRT_ERR_COMM naming the call and MPI's error text when rc is not MPI_SUCCESS.
 Status mpi_check(int rc, const char *call);
 

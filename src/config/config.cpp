@@ -74,10 +74,16 @@ Status Config::load(const std::string &path, std::unique_ptr<Config> *out) {
   out->reset();
   std::ifstream file(path, std::ios::binary);
   if (!file) return Error(DSRT_ERR_IO, "cannot open config file '%s': %s", path.c_str(), std::strerror(errno));
-  std::ostringstream text;
-  text << file.rdbuf();
+  // Read at most one byte past the limit, so a huge or endless file (a device, a pipe) stops there.
+  std::string text;
+  char chunk[65536];
+  while (text.size() <= kMaxConfigTextBytes && file.read(chunk, sizeof chunk).gcount() > 0)
+    text.append(chunk, static_cast<size_t>(file.gcount()));
   if (file.bad()) return Error(DSRT_ERR_IO, "cannot read config file '%s': %s", path.c_str(), std::strerror(errno));
-  return parse(text.str(), path, out);
+  if (text.size() > kMaxConfigTextBytes)
+    return Error(DSRT_ERR_CONFIG, "config file '%s' is larger than %zu bytes; a DeepSpeed config is a few kilobytes "
+                 "(is this the right file?)", path.c_str(), kMaxConfigTextBytes);
+  return parse(text, path, out);
 }
 
 Status Config::errors_to_status(const std::vector<Problem> &errors) const {

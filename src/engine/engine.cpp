@@ -161,6 +161,11 @@ Status Engine::require_usable(const char *what) const {
                  "%s: the engine is unusable after a failed collective (%s); the ranks may be out of step, so "
                  "destroy the engine and restart from a checkpoint",
                  what, failure_.c_str());
+  if (!load_failure_.empty())
+    return Error(DSRT_ERR_STATE,
+                 "%s: the engine is unusable until a checkpoint load succeeds: the last load failed after it had "
+                 "replaced part of the state (%s); load a checkpoint again (or destroy the engine)",
+                 what, load_failure_.c_str());
   return Status::Ok();
 }
 
