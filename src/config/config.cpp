@@ -119,7 +119,11 @@ void Config::read_member(const std::string &section, const std::string &display,
                          const JsonNode &node, std::vector<Problem> *errors) {
   const std::string shown = join_path(display, name);
   auto problem = [&](const std::string &message) {
-    errors->push_back(Problem{shown, message, node.line, node.column});
+    // A hostile megabyte-long key is named by its start, not copied into the message.
+    const std::string path = shown.size() <= 200 ? shown
+                                                 : shown.substr(0, 160) + "...(" + std::to_string(shown.size()) +
+                                                       " characters)";
+    errors->push_back(Problem{path, message, node.line, node.column});
   };
   std::string canonical = name;
   for (const Alias &alias : kAliases) {
@@ -196,7 +200,10 @@ void Config::read_member(const std::string &section, const std::string &display,
     read_key(*spec, node, shown, errors);
     return;
   }
-  problem(unknown_key_message(section, name));
+  // Explaining an unknown key ("did you mean", where it belongs) scans the schema: a config with
+  // 100,000 unknown keys gets the explanation for its first problems only, so checking stays linear.
+  constexpr size_t kExplainedProblems = 100;
+  problem(errors->size() < kExplainedProblems ? unknown_key_message(section, name) : "unknown key");
 }
 
 std::string Config::where_at(const JsonNode &node) const {
