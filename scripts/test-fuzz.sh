@@ -25,6 +25,7 @@ fi
 flags=(-std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -I"$here/include" -I"$here/src" -I"$here")
 common=("$here/src/util/status.cpp" "$here/src/util/log.cpp")
+ckpt_util=("$here/src/util/aligned_buffer.cpp")
 ckpt=(checkpoint_reader manifest shard_file shard_cache file_io crc32c safetensors_writer ckpt_tag)
 ckpt_sources=()
 for f in "${ckpt[@]}"; do ckpt_sources+=("$here/src/ckpt/$f.cpp"); done
@@ -36,7 +37,7 @@ build() {  # build NAME SOURCES... (in the background; the two targets compile a
 }
 echo "test-fuzz: building the fuzzers with $clang"
 build fuzz_config "$here"/src/config/*.cpp & config_build=$!
-build fuzz_checkpoint "${ckpt_sources[@]}" & ckpt_build=$!
+build fuzz_checkpoint "${ckpt_sources[@]}" "${ckpt_util[@]}" & ckpt_build=$!
 built=1
 wait $config_build || { cat "$work/fuzz_config.build.log"; built=0; }
 wait $ckpt_build || { cat "$work/fuzz_checkpoint.build.log"; built=0; }
