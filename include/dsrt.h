@@ -182,7 +182,10 @@ DSRT_API dsrt_status dsrt_config_set_world_size(dsrt_config *config, int32_t wor
 DSRT_API dsrt_status dsrt_config_get_number(const dsrt_config *config, const char *key_path, double *out);
 
 /* The effective value of a string key (e.g. "optimizer.type", "zero_optimization.offload_param.device").
-** *out is a new string; free it with dsrt_free. */
+** *out is a new string; free it with dsrt_free. By contract any scalar key can be read this way: a
+** numeric key gives DSRT_OK and its value as text (the shortest form that reads back, "0.00025",
+** "8"), a boolean "true" or "false". DSRT_ERR_CONFIG if the key is unknown, a section, has no value
+** or is still "auto". */
 DSRT_API dsrt_status dsrt_config_get_string(const dsrt_config *config, const char *key_path, char **out);
 
 /* The effective configuration as pretty-printed JSON, every value in force (defaults filled in,
