@@ -95,7 +95,7 @@ struct QueuedOp {
 class MpiComm final : public Comm, public std::enable_shared_from_this<MpiComm> {
  public:
   MpiComm(const MpiRuntime *runtime, MPI_Comm comm, int rank, int size)
-      : runtime_(runtime), rank_(rank), size_(size), timeout_s_(comm_timeout_seconds_from_env()) {
+      : runtime_(runtime), rank_(rank), size_(size) {
     ctx_.comm = comm;
     ctx_.rank = rank;
     ctx_.size = size;
@@ -344,9 +344,10 @@ class MpiComm final : public Comm, public std::enable_shared_from_this<MpiComm> 
   Status execute(QueuedOp &op) {
     if (broken_) return broken_error(op.description);
     ctx_.timed_out = false;
+    const double timeout_s = comm_timeout_seconds();  // the config key may have set it after creation
     ctx_.deadline = std::chrono::steady_clock::now() +
                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                        std::chrono::duration<double>(timeout_s_));
+                        std::chrono::duration<double>(timeout_s));
     Status status;
     try {
       status = op.body(ctx_);
@@ -360,8 +361,8 @@ class MpiComm final : public Comm, public std::enable_shared_from_this<MpiComm> 
       status = Error(DSRT_ERR_COMM,
                      "%s did not complete within %g s on rank %d of %d at step %lld: another rank skipped or "
                      "reordered this collective, is still busy, or died (%s); the communicator is now unusable. "
-                     "Raise DSRT_COMM_TIMEOUT_S if the step is legitimately slower",
-                     op.description.c_str(), timeout_s_, rank_, size_, static_cast<long long>(op.step),
+                     "Raise \"comm_timeout\" in the config (or DSRT_COMM_TIMEOUT_S) if the step is legitimately slower",
+                     op.description.c_str(), timeout_s, rank_, size_, static_cast<long long>(op.step),
                      status.message().c_str());
     } else {
       status = status.with_context(Format("%s on rank %d of %d at step %lld", op.description.c_str(), rank_, size_,
@@ -412,7 +413,6 @@ class MpiComm final : public Comm, public std::enable_shared_from_this<MpiComm> 
  private:
   const MpiRuntime *runtime_;
   const int rank_, size_;
-  const double timeout_s_;
   ExchangeContext ctx_;              // used only by the op being executed
   std::vector<float> small_scratch_;  // fp32 image for small 16-bit all-reduces
 
@@ -458,7 +458,7 @@ Status mpi_comm_create_world(int expected_rank, int expected_size, const char *l
   ExchangeContext ctx;
   ctx.deadline = std::chrono::steady_clock::now() +
                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                     std::chrono::duration<double>(comm_timeout_seconds_from_env()));
+                     std::chrono::duration<double>(comm_timeout_seconds()));
   MPI_Comm dup = MPI_COMM_NULL;
   MPI_Request request = MPI_REQUEST_NULL;
   {

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "config/config.h"
+#include "engine/engine.h"
 
 int main() {
   std::shared_ptr<dsrt::Comm> comm;
@@ -19,6 +21,19 @@ int main() {
     return 2;
   }
   const int rank = comm->rank();
+  // The collective timeout comes from the config key (the launcher's DSRT_COMM_TIMEOUT_S is 120 s,
+  // which the 30 s bound of rank_death.sh would not survive): an engine created with it sets it.
+  std::unique_ptr<dsrt::Config> config;
+  dsrt::TrainConfig train;
+  std::unique_ptr<dsrt::Engine> engine;
+  status = dsrt::Config::parse("{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"}, "
+                               "\"comm_timeout\": 2}", "rank_death", &config);
+  if (status.ok()) status = config->resolve(comm->size(), &train);
+  if (status.ok()) status = dsrt::Engine::create(train, comm, &engine);
+  if (!status.ok()) {
+    std::fprintf(stderr, "rank_death: cannot create the engine: %s\n", status.message().c_str());
+    return 2;
+  }
   // Large enough that MPI sends it by rendezvous: a survivor's transfer to the dead rank is never
   // matched.
   std::vector<float> values(size_t(8) << 20, 1.0f + static_cast<float>(rank));
