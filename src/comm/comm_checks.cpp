@@ -95,9 +95,9 @@ void comm_set_timeout_seconds(double seconds) {
   g_timeout_override.store(std::isfinite(seconds) && seconds > 0 ? seconds : 0.0);
 }
 
-double comm_timeout_seconds() {
+double comm_timeout_seconds(double created_s) {
   const double override_s = g_timeout_override.load();
-  return override_s > 0 ? override_s : comm_timeout_seconds_from_env();
+  return override_s > 0 ? override_s : created_s;
 }
 
 BlockLayout equal_blocks(size_t block_count, int size) {

@@ -95,7 +95,7 @@ struct QueuedOp {
 class MpiComm final : public Comm, public std::enable_shared_from_this<MpiComm> {
  public:
   MpiComm(const MpiRuntime *runtime, MPI_Comm comm, int rank, int size)
-      : runtime_(runtime), rank_(rank), size_(size) {
+      : runtime_(runtime), rank_(rank), size_(size), timeout_s_(comm_timeout_seconds_from_env()) {
     ctx_.comm = comm;
     ctx_.rank = rank;
     ctx_.size = size;
@@ -344,7 +344,7 @@ class MpiComm final : public Comm, public std::enable_shared_from_this<MpiComm> 
   Status execute(QueuedOp &op) {
     if (broken_) return broken_error(op.description);
     ctx_.timed_out = false;
-    const double timeout_s = comm_timeout_seconds();  // the config key may have set it after creation
+    const double timeout_s = comm_timeout_seconds(timeout_s_);  // the config key may set it after creation
     ctx_.deadline = std::chrono::steady_clock::now() +
                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                         std::chrono::duration<double>(timeout_s));
@@ -413,6 +413,7 @@ class MpiComm final : public Comm, public std::enable_shared_from_this<MpiComm> 
  private:
   const MpiRuntime *runtime_;
   const int rank_, size_;
+  const double timeout_s_;           // DSRT_COMM_TIMEOUT_S at creation (comm_timeout_seconds)
   ExchangeContext ctx_;              // used only by the op being executed
   std::vector<float> small_scratch_;  // fp32 image for small 16-bit all-reduces
 
@@ -458,7 +459,7 @@ Status mpi_comm_create_world(int expected_rank, int expected_size, const char *l
   ExchangeContext ctx;
   ctx.deadline = std::chrono::steady_clock::now() +
                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                     std::chrono::duration<double>(comm_timeout_seconds()));
+                     std::chrono::duration<double>(comm_timeout_seconds(comm_timeout_seconds_from_env())));
   MPI_Comm dup = MPI_COMM_NULL;
   MPI_Request request = MPI_REQUEST_NULL;
   {

@@ -6,10 +6,14 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <utility>
+
+#include "comm/comm_checks.h"
 
 #include "util/log.h"
 
@@ -84,20 +88,30 @@ void mpi_keep_plugins_mapped() {}
 namespace {
 
 std::atomic<bool> g_broken{false};
+std::atomic<bool> g_finalize_returned{false};
 
-// MPI_Finalize is collective: with a rank dead or stuck it can wait for ever. After a failed
-// collective (a timeout: the peer died or stopped answering) the process skips it, so survivors
-// that a launcher lets run can exit; the launcher reports that they exited without finalizing.
+// MPI_Finalize is collective: with a rank dead it can wait for ever (about one run in five hung
+// there). After a failed collective (a timeout: a peer died, stopped answering, or skipped it on
+// purpose) the process finalizes under a watchdog: if MPI_Finalize has not returned within the
+// collective timeout, the process exits without it (status 1), so survivors that a launcher lets
+// run can exit. With every rank alive, finalizing takes milliseconds and the watchdog never fires.
 void finalize_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
   if (g_broken.load()) {
-    std::fprintf(stderr, "dsrt: not calling MPI_Finalize at exit: a collective failed (a rank died or stopped "
-                         "answering), and finalizing would wait for it\n");
-    return;
+    const double limit = comm_timeout_seconds(comm_timeout_seconds_from_env());
+    std::thread([limit] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(limit));
+      if (g_finalize_returned.load()) return;
+      std::fprintf(stderr, "dsrt: MPI_Finalize did not return within %g s after a failed collective (a rank died "
+                           "or stopped answering); exiting without it\n", limit);
+      std::fflush(stderr);
+      std::_Exit(1);
+    }).detach();
   }
   MPI_Finalize();
+  g_finalize_returned.store(true);
 }
 
 const char *thread_level_name(int level) {

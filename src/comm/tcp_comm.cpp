@@ -438,7 +438,7 @@ class TcpComm final : public Comm {
     if (broken_) return broken_error(op.description);
     timed_out_ = false;
     peer_closed_ = false;
-    const double timeout_s = timeout_s_ > 0 ? timeout_s_ : comm_timeout_seconds();
+    const double timeout_s = comm_timeout_seconds(timeout_s_);  // the config key may set it after creation
     deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
     Status status;
     try {
@@ -520,8 +520,7 @@ Status tcp_comm_create(const RendezvousOptions &rendezvous, int rank, int world,
   if (out == nullptr) return Error(DSRT_ERR_INVALID_ARGUMENT, "tcp_comm_create: out is NULL");
   if (world < 1 || rank < 0 || rank >= world)
     return Error(DSRT_ERR_INVALID_ARGUMENT, "tcp_comm_create: rank %d is not in 0..%d", rank, world - 1);
-  // <= 0: each collective takes comm_timeout_seconds() as it starts (the config key may set it later).
-  const double timeout_s = options.timeout_s > 0 ? options.timeout_s : 0.0;
+  const double timeout_s = options.timeout_s > 0 ? options.timeout_s : comm_timeout_seconds_from_env();
   if (world == 1) {
     *out = std::make_shared<TcpComm>(0, 1, std::vector<Fd>(1), timeout_s);
     return Status::Ok();

@@ -24,6 +24,8 @@ for run in $(seq 1 "$runs"); do
     echo "rank_death: run $run: $survivors of 2 survivors reported DSRT_ERR_COMM and exited (mpirun status $status)"
     exit 1
   fi
-  echo "rank_death: run $run: both survivors exited after the timeout ($((SECONDS - start)) s, mpirun status $status)"
+  watchdog=$(grep -c "MPI_Finalize did not return" <<<"$output")
+  echo "rank_death: run $run: both survivors exited after the timeout ($((SECONDS - start)) s, mpirun status" \
+       "$status, $watchdog finalize watchdog(s) fired)"
 done
 echo "rank_death: passed"
