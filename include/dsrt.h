@@ -182,7 +182,10 @@ DSRT_API dsrt_status dsrt_config_set_world_size(dsrt_config *config, int32_t wor
 DSRT_API dsrt_status dsrt_config_get_number(const dsrt_config *config, const char *key_path, double *out);
 
 /* The effective value of a string key (e.g. "optimizer.type", "zero_optimization.offload_param.device").
-** *out is a new string; free it with dsrt_free. */
+** *out is a new string; free it with dsrt_free. By contract any scalar key can be read this way: a
+** numeric key gives DSRT_OK and its value as text (the shortest form that reads back, "0.00025",
+** "8"), a boolean "true" or "false". DSRT_ERR_CONFIG if the key is unknown, a section, has no value
+** or is still "auto". */
 DSRT_API dsrt_status dsrt_config_get_string(const dsrt_config *config, const char *key_path, char **out);
 
 /* The effective configuration as pretty-printed JSON, every value in force (defaults filled in,
@@ -389,11 +392,17 @@ DSRT_API dsrt_status dsrt_engine_set_client_state(dsrt_engine *engine, const voi
 DSRT_API dsrt_status dsrt_engine_client_state(const dsrt_engine *engine, const void **data, uint64_t *size);
 
 /* Save (collective). tag NULL gives "global_step<N>". DSRT_ERR_IO names the file on failure; the
-** previous checkpoint is untouched. */
+** previous checkpoint is untouched. Publication is one step: on DSRT_OK the tag and dir/latest name
+** the new checkpoint; on failure both are as before and no temporary file is left. The tag must be
+** a plain folder name; "latest" and "latest.<anything>" are reserved (DSRT_ERR_INVALID_ARGUMENT). */
 DSRT_API dsrt_status dsrt_engine_save_checkpoint(dsrt_engine *engine, const char *dir, const char *tag);
 
 /* Load (collective) into a built engine with the same tensors. tag NULL reads dir/latest.
-** DSRT_ERR_CHECKPOINT names the file and what is wrong; on failure nothing has been changed. */
+** DSRT_ERR_CHECKPOINT names the file and what is wrong (every value and size read from the files is
+** range-checked); on such a failure nothing has been changed. Only a failure while writing the
+** verified state into the engine (DSRT_ERR_IO: a swap disk full half-way through NVMe-offloaded
+** states) can leave a mix of old and new values; the engine is then unusable (every call returns
+** DSRT_ERR_STATE) until a load succeeds. */
 DSRT_API dsrt_status dsrt_engine_load_checkpoint(dsrt_engine *engine, const char *dir, const char *tag);
 
 /* Write the gathered 16-bit working weights of every tensor as one safetensors file (collective;
@@ -410,7 +419,9 @@ DSRT_API dsrt_status dsrt_checkpoint_tensor_shape(const dsrt_checkpoint *ckpt, c
                                                   int64_t *shape, int32_t *ndim);
 DSRT_API dsrt_status dsrt_checkpoint_read_tensor_fp32(dsrt_checkpoint *ckpt, const char *name, float *out,
                                                       uint64_t count);
-/* Consolidate every tensor into one safetensors file of the given dtype, streaming. */
+/* Consolidate every tensor into one safetensors file of the given dtype, streaming (written to
+** path.tmp, renamed when complete; removed on failure). dtype other than DSRT_F32, DSRT_F16 or
+** DSRT_BF16 (any integer a C caller passes): DSRT_ERR_INVALID_ARGUMENT. */
 DSRT_API dsrt_status dsrt_checkpoint_export_safetensors(dsrt_checkpoint *ckpt, const char *path, dsrt_dtype dtype);
 DSRT_API void dsrt_checkpoint_close(dsrt_checkpoint *ckpt);
 

@@ -142,6 +142,64 @@ DSRT_ADDRESS_IN(void *cuda_stream)
 }
 %typemap(freearg) (const void *data, uint64_t size) { PyBuffer_Release(&view$argnum); }
 
+/* ---- strings passed in ---------------------------------------------------------------------
+ * str (UTF-8) or None (NULL). A string C would read differently from Python -- one with a NUL
+ * character, which C would cut there, or one that is not valid Unicode (a lone surrogate, which
+ * has no UTF-8 form) -- raises dsrt.InvalidArgumentError (a ValueError) instead of being cut or
+ * failing with SWIG's TypeError. */
+%{
+static int dsrt_py_raise_invalid(const char *function, int argnum, const char *what) {
+  PyObject *core = PyImport_ImportModule("dsrt._core");
+  PyObject *cls = core ? PyObject_GetAttrString(core, "InvalidArgumentError") : NULL;
+  Py_XDECREF(core);
+  if (cls == NULL) return -1; /* the import error stands */
+  PyObject *message = PyUnicode_FromFormat("%s: argument %d %s", function, argnum, what);
+  PyObject *error = message ? PyObject_CallFunction(cls, "iO", (int)DSRT_ERR_INVALID_ARGUMENT, message) : NULL;
+  if (error != NULL) PyErr_SetObject(cls, error);
+  Py_XDECREF(error);
+  Py_XDECREF(message);
+  Py_DECREF(cls);
+  return -1;
+}
+%}
+%typemap(in) const char * (PyObject *utf8 = NULL) {
+  if ($input == Py_None) {
+    $1 = NULL;
+  } else if (PyUnicode_Check($input)) {
+    utf8 = PyUnicode_AsUTF8String($input);
+    if (utf8 == NULL) {
+      PyErr_Clear();
+      dsrt_py_raise_invalid("$symname", $argnum, "is not valid Unicode (a lone surrogate has no UTF-8 form)");
+      SWIG_fail;
+    }
+    char *text = NULL;
+    Py_ssize_t length = 0;
+    if (PyBytes_AsStringAndSize(utf8, &text, &length) != 0) SWIG_fail;
+    if ((size_t)length != strlen(text)) {
+      dsrt_py_raise_invalid("$symname", $argnum, "contains a NUL character, where C would cut the text");
+      SWIG_fail;
+    }
+    $1 = text;
+  } else if (PyBytes_Check($input)) {
+    char *text = NULL;
+    Py_ssize_t length = 0;
+    if (PyBytes_AsStringAndSize($input, &text, &length) != 0) SWIG_fail;
+    if ((size_t)length != strlen(text)) {
+      dsrt_py_raise_invalid("$symname", $argnum, "contains a NUL byte, where C would cut the text");
+      SWIG_fail;
+    }
+    $1 = text;
+  } else {
+    PyErr_Format(PyExc_TypeError, "$symname: argument %d must be str, bytes or None, not %s", $argnum,
+                 Py_TYPE($input)->tp_name);
+    SWIG_fail;
+  }
+}
+%typemap(freearg) const char * { Py_XDECREF(utf8$argnum); }
+%typemap(typecheck, precedence=SWIG_TYPECHECK_STRING) const char * {
+  $1 = ($input == Py_None || PyUnicode_Check($input) || PyBytes_Check($input)) ? 1 : 0;
+}
+
 /* The log callback takes a C function pointer: Python uses dsrt_py_set_log_callback below. */
 %ignore dsrt_set_log_callback;
 

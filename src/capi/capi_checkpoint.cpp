@@ -139,7 +139,11 @@ DSRT_API dsrt_status dsrt_checkpoint_export_safetensors(dsrt_checkpoint *ckpt, c
     dsrt::CheckpointReader *reader = nullptr;
     DSRT_RETURN_IF_ERROR(dsrt::checkpoint_for(ckpt, fn, &reader));
     DSRT_REQUIRE_ARG(path);
-    return reader->export_safetensors(path, dtype);
+    const int64_t raw = dsrt::enum_argument(dtype);
+    if (raw != DSRT_F32 && raw != DSRT_F16 && raw != DSRT_BF16)
+      return dsrt::Error(DSRT_ERR_INVALID_ARGUMENT, "%s: dtype %lld is not DSRT_F32, DSRT_F16 or DSRT_BF16", fn,
+                         static_cast<long long>(raw));
+    return reader->export_safetensors(path, static_cast<dsrt_dtype>(raw));
   });
 }
 

@@ -2,9 +2,12 @@
 // into a status and a thread-local message, so none can cross the ABI.
 #pragma once
 
+#include <cstdint>
+#include <cstring>
 #include <exception>
 #include <new>
 #include <string>
+#include <type_traits>
 
 #include "dsrt.h"
 #include "util/status.h"
@@ -28,6 +31,19 @@ class ApiFunctionScope {
  private:
   const char *previous_;
 };
+
+// The integer a C caller passed for an enum parameter, read from the parameter's bytes: a C caller
+// may pass any int, and loading an out-of-range value as the C++ enum type is undefined. Validate
+// the integer, then convert.
+template <typename Enum>
+int64_t enum_argument(const Enum &value) {
+  static_assert(std::is_enum<Enum>::value, "enum_argument takes a C enum parameter");
+  using Raw = typename std::underlying_type<Enum>::type;
+  Raw raw;
+  static_assert(sizeof raw == sizeof value, "an enum and its underlying type have the same size");
+  std::memcpy(&raw, &value, sizeof raw);
+  return static_cast<int64_t>(raw);
+}
 
 // Runs body (returning Status); maps its failure or any exception to a dsrt_status.
 template <typename Body>

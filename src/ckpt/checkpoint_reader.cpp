@@ -25,7 +25,8 @@ Status CheckpointReader::open(const std::string &dir, const std::string &tag, st
 }
 
 Status CheckpointReader::read_range(size_t t, int64_t begin, int64_t count, float *out) {
-  if (t >= manifest_.tensors.size() || begin < 0 || count < 0 || begin + count > manifest_.tensors[t].numel)
+  if (t >= manifest_.tensors.size() || begin < 0 || count < 0 || begin > manifest_.tensors[t].numel ||
+      count > manifest_.tensors[t].numel - begin)
     return Error(DSRT_ERR_INVALID_ARGUMENT, "checkpoint read: range outside the tensor");
   for (const SavedPiece &p : manifest_.locate(t, begin, begin + count)) {
     ShardReader *reader = nullptr;

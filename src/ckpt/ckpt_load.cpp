@@ -128,7 +128,8 @@ Status stage(Engine &engine, const std::string &tag_dir, Staged *out) {
 
 Status commit(Engine &engine, const Staged &staged) {
   if (engine.nvme_offload()) {
-    // Into the swap files; a failure here (full disk) leaves some states replaced, see docs.
+    // Into the swap files; a failure here (full disk) leaves some states replaced: load_checkpoint
+    // then marks the engine unusable until a load succeeds.
     const size_t elems = static_cast<size_t>(engine.partitioning().partition_elems());
     for (size_t s = 0; s < staged.streams.size(); ++s)
       DSRT_RETURN_IF_ERROR(
@@ -166,7 +167,7 @@ Status commit(Engine &engine, const Staged &staged) {
   }
   engine.set_scheduler_iteration(m.scheduler_iteration);
   engine.set_client_state(staged.client_state.data(), staged.client_state.size());
-  return engine.refresh_working_copies();
+  return Status::Ok();
 }
 
 }  // namespace
@@ -185,13 +186,26 @@ Status load_checkpoint(Engine &engine, const std::string &dir, const std::string
   DSRT_RETURN_IF_ERROR(agree_on_status(comm, resolve_tag_dir(dir, tag_in, &tag, &tag_dir))
                            .with_context("load_checkpoint (nothing was changed)"));
   DSRT_RETURN_IF_ERROR(check_same_text(comm, tag, "latest tags (ranks see different checkpoint folders)"));
+  // An engine left unusable by a load that failed half-way may be loaded again: staging reads
+  // only the gaps between segments from it, and a successful commit replaces everything else.
+  const std::string earlier_failure = engine.load_failure();
+  engine.set_load_failure("");
   Staged staged;
   Status status = agree_on_status(comm, stage(engine, tag_dir, &staged));
-  if (!status.ok()) return status.with_context("load_checkpoint (nothing was changed)");
+  if (!status.ok()) {
+    engine.set_load_failure(earlier_failure);
+    return status.with_context("load_checkpoint (nothing was changed)");
+  }
   if (staged.manifest.optimizer != kOptimizerTypes[static_cast<int>(engine.config().optimizer.type)])
     logf(DSRT_LOG_WARN, "load_checkpoint: '%s' was saved with optimizer %s; this engine runs %s", tag_dir.c_str(),
          staged.manifest.optimizer.c_str(), kOptimizerTypes[static_cast<int>(engine.config().optimizer.type)]);
-  return commit(engine, staged).with_context("load_checkpoint '" + tag_dir + "': restoring the engine");
+  // Every rank commits, and a rank whose commit failed (a full swap disk) holds part old, part
+  // new state: all ranks agree, and every one marks its engine unusable until a load succeeds.
+  status = agree_on_status(comm, commit(engine, staged));
+  if (status.ok()) status = engine.refresh_working_copies();  // collective: only after every rank committed
+  status = status.with_context("load_checkpoint '" + tag_dir + "': restoring the engine");
+  if (!status.ok()) engine.set_load_failure(status.message());
+  return status;
 }
 
 }  // namespace dsrt

@@ -9,7 +9,10 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <cerrno>
 #include <vector>
+
+#include <unistd.h>
 
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_collective.h"
@@ -118,13 +121,13 @@ Status write_shard(Engine &engine, const std::string &path, int as_rank, uint64_
   return Status::Ok();
 }
 
-// Removes leftovers of saves that died: temporary folders always, displaced old folders only
+// Removes leftovers of saves that died: temporary folders and latest.tmp always, displaced old folders only
 // when their tag exists again (otherwise they are the only copy, see resolve_tag_dir).
 void remove_stale_folders(const std::string &dir) {
   std::vector<std::string> names;
   if (!list_directory(dir, &names).ok()) return;
   for (const std::string &name : names) {
-    bool stale = name.compare(0, 5, ".tmp-") == 0;
+    bool stale = name.compare(0, 5, ".tmp-") == 0 || name == std::string(kLatestFile) + ".tmp";
     if (name.compare(0, 5, ".old-") == 0) {
       const size_t dash = name.find_last_of('-');
       if (dash != std::string::npos && dash > 5 && is_directory(join_file_path(dir, name.substr(5, dash - 5)))) stale = true;
@@ -173,26 +176,48 @@ Manifest build_manifest(const Engine &engine, const std::string &tag, uint64_t s
   return m;
 }
 
-// The leader's part after every shard is durable: manifest, client state, swap, latest.
+// The leader's part after every shard is durable: manifest, client state, then publication as
+// one step. Everything that can fail for lack of space (the files inside the temporary folder and
+// latest.tmp) is written and fsynced first; then the folder swap and the rename of latest.tmp over
+// latest. If either of those fails, the swap is undone: the save fails with the previous tag and
+// latest as they were, and no temporary file left (the caller removes the temporary folder).
 Status publish(const Engine &engine, const std::string &dir, const std::string &temp_dir, const std::string &tag,
                const Manifest &manifest) {
   const std::vector<uint8_t> &client = engine.client_state();
-  {
-    File file;
-    DSRT_RETURN_IF_ERROR(File::create(join_file_path(temp_dir, kClientStateFile), &file));
-    if (!client.empty()) DSRT_RETURN_IF_ERROR(file.write_all(client.data(), client.size()));
-    DSRT_RETURN_IF_ERROR(file.sync());
-    DSRT_RETURN_IF_ERROR(file.close());
-  }
+  DSRT_RETURN_IF_ERROR(write_file_synced(join_file_path(temp_dir, kClientStateFile), client.data(), client.size()));
   DSRT_RETURN_IF_ERROR(write_manifest(temp_dir, manifest));
   DSRT_RETURN_IF_ERROR(sync_directory(temp_dir));
+  const std::string latest = join_file_path(dir, kLatestFile);
+  const std::string latest_temp = latest + ".tmp";
+  const std::string latest_text = tag + "\n";
+  DSRT_RETURN_IF_ERROR(write_file_synced(latest_temp, latest_text.data(), latest_text.size()));
   checkpoint_hook("manifest", 0);
-  DSRT_RETURN_IF_ERROR(replace_directory(temp_dir, join_file_path(dir, tag),
-                                         join_file_path(dir, ".old-" + tag + "-" + hex_id(manifest.save_id))));
-  checkpoint_hook("published", 0);
-  const std::string latest = tag + "\n";
-  DSRT_RETURN_IF_ERROR(write_file_durably(join_file_path(dir, kLatestFile), latest.data(), latest.size()));
+  DirectorySwap swap;
+  Status status = swap.swap(temp_dir, join_file_path(dir, tag),
+                            join_file_path(dir, ".old-" + tag + "-" + hex_id(manifest.save_id)));
+  if (status.ok()) {
+    checkpoint_hook("published", 0);
+    if (::rename(latest_temp.c_str(), latest.c_str()) != 0) {
+      status = Error(DSRT_ERR_IO, "cannot rename '%s' into place: %s", latest_temp.c_str(), std::strerror(errno));
+      Status undone = swap.undo();  // latest still names the previous tag: put its folder back
+      if (!undone.ok()) status = status.with_context("and then " + undone.message());
+    }
+  }
+  if (!status.ok()) {
+    ::unlink(latest_temp.c_str());
+    return status;
+  }
+  // Both renames are done: the save is published. A folder fsync that fails now cannot be undone
+  // without unpublishing what readers may already see, so it is reported as a warning.
+  Status synced = sync_directory(dir);
+  if (!synced.ok())
+    logf(DSRT_LOG_WARN, "checkpoint '%s' is saved, but its folder could not be fsynced: %s", tag.c_str(),
+         synced.message().c_str());
   checkpoint_hook("latest", 0);
+  Status cleaned = swap.commit();
+  if (!cleaned.ok())
+    logf(DSRT_LOG_WARN, "checkpoint '%s' is saved, but the folder it replaced was not removed (the next save "
+         "removes it): %s", tag.c_str(), cleaned.message().c_str());
   return Status::Ok();
 }
 

@@ -10,11 +10,15 @@
 namespace dsrt {
 
 Status validate_tag(const std::string &tag) {
-  if (tag.empty() || tag.size() > 200 || tag[0] == '.' || tag == kLatestFile ||
-      tag.find_first_of("/\\\n\r\t") != std::string::npos)
+  // Names the save machinery uses itself in the checkpoint folder: "latest", "latest.tmp" (and any
+  // "latest.*"), and everything starting with '.' (".tmp-<tag>-<id>", ".old-<tag>-<id>").
+  const std::string latest = kLatestFile;
+  const bool reserved = tag == latest || tag.compare(0, latest.size() + 1, latest + ".") == 0;
+  if (tag.empty() || tag.size() > 200 || tag[0] == '.' || reserved ||
+      tag.find_first_of(std::string("/\\\n\r\t\0", 6)) != std::string::npos)
     return Error(DSRT_ERR_INVALID_ARGUMENT,
                  "checkpoint tag '%s' must be a plain folder name (1-200 characters, no '/', not starting with '.', "
-                 "not 'latest')",
+                 "and not 'latest' or 'latest.<anything>', which the save machinery uses itself)",
                  tag.c_str());
   return Status::Ok();
 }

@@ -191,35 +191,84 @@ Status read_whole_file(const std::string &path, size_t max_bytes, std::string *o
   return Status::Ok();
 }
 
-Status write_file_durably(const std::string &path, const void *data, size_t bytes) {
-  const std::string temp = path + ".tmp";
+Status write_file_synced(const std::string &path, const void *data, size_t bytes) {
+  Status status;
   {
     File file;
-    DSRT_RETURN_IF_ERROR(File::create(temp, &file));
-    DSRT_RETURN_IF_ERROR(file.write_all(data, bytes));
-    DSRT_RETURN_IF_ERROR(file.sync());
-    DSRT_RETURN_IF_ERROR(file.close());
+    status = File::create(path, &file);
+    if (!status.ok()) return status;  // nothing was created (or path is not ours to remove)
+    status = file.write_all(data, bytes);
+    if (status.ok()) status = file.sync();
+    if (status.ok()) status = file.close();
   }
-  if (::rename(temp.c_str(), path.c_str()) != 0) return io_error("cannot rename into place", path, errno);
+  if (!status.ok()) ::unlink(path.c_str());
+  return status;
+}
+
+Status write_file_durably(const std::string &path, const void *data, size_t bytes) {
+  const std::string temp = path + ".tmp";
+  DSRT_RETURN_IF_ERROR(write_file_synced(temp, data, bytes));
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    return io_error("cannot rename into place", path, err);
+  }
   return sync_directory(parent_of(path));
 }
 
-Status replace_directory(const std::string &from, const std::string &to, const std::string &displaced) {
+namespace {
+long exchange_paths(const std::string &a, const std::string &b) {
+  return ::syscall(SYS_renameat2, AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE);
+}
+}  // namespace
+
+Status DirectorySwap::swap(const std::string &from, const std::string &to, const std::string &displaced) {
+  from_ = from;
+  to_ = to;
+  displaced_ = displaced;
   if (!path_exists(to)) {
     if (::rename(from.c_str(), to.c_str()) != 0) return io_error("cannot rename folder into place", to, errno);
-    return sync_directory(parent_of(to));
+    state_ = kRenamed;
+  } else if (exchange_paths(from, to) == 0) {
+    state_ = kExchanged;
+  } else {
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+      return io_error("cannot swap folder into place", to, errno);
+    if (::rename(to.c_str(), displaced.c_str()) != 0) return io_error("cannot move the old folder aside", to, errno);
+    if (::rename(from.c_str(), to.c_str()) != 0) {
+      const int err = errno;
+      (void)::rename(displaced.c_str(), to.c_str());
+      return io_error("cannot rename folder into place", to, err);
+    }
+    state_ = kDisplaced;
   }
-  long rc = ::syscall(SYS_renameat2, AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE);
-  if (rc == 0) {
-    DSRT_RETURN_IF_ERROR(sync_directory(parent_of(to)));
-    return remove_tree(from);  // now the old folder
+  Status synced = sync_directory(parent_of(to));
+  if (!synced.ok()) (void)undo();
+  return synced;
+}
+
+Status DirectorySwap::undo() {
+  int rc = 0;
+  switch (state_) {
+    case kIdle: return Status::Ok();
+    case kRenamed: rc = ::rename(to_.c_str(), from_.c_str()); break;
+    case kExchanged: rc = static_cast<int>(exchange_paths(from_, to_)); break;
+    case kDisplaced:
+      rc = ::rename(to_.c_str(), from_.c_str());
+      if (rc == 0) rc = ::rename(displaced_.c_str(), to_.c_str());
+      break;
   }
-  if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
-    return io_error("cannot swap folder into place", to, errno);
-  if (::rename(to.c_str(), displaced.c_str()) != 0) return io_error("cannot move the old folder aside", to, errno);
-  if (::rename(from.c_str(), to.c_str()) != 0) return io_error("cannot rename folder into place", to, errno);
-  DSRT_RETURN_IF_ERROR(sync_directory(parent_of(to)));
-  return remove_tree(displaced);
+  state_ = kIdle;
+  if (rc != 0) return io_error("cannot put the previous folder back at", to_, errno);
+  return sync_directory(parent_of(to_));
+}
+
+Status DirectorySwap::commit() {
+  const State state = state_;
+  state_ = kIdle;
+  if (state == kExchanged) return remove_tree(from_);
+  if (state == kDisplaced) return remove_tree(displaced_);
+  return Status::Ok();
 }
 
 }  // namespace dsrt

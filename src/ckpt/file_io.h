@@ -51,11 +51,32 @@ Status remove_tree(const std::string &path);
 Status list_directory(const std::string &path, std::vector<std::string> *names);
 // Whole small file; CHECKPOINT error if it is larger than max_bytes.
 Status read_whole_file(const std::string &path, size_t max_bytes, std::string *out);
-// Writes path so that a crash leaves either the old content or the new, never a mix.
+// Creates path, writes, fsyncs and closes it; on failure the half-written file is removed.
+Status write_file_synced(const std::string &path, const void *data, size_t bytes);
+// Writes path so that a crash leaves either the old content or the new, never a mix (path.tmp,
+// fsync, rename, folder fsync); on failure path is untouched and path.tmp removed.
 Status write_file_durably(const std::string &path, const void *data, size_t bytes);
-// Puts folder `from` at `to` in one step. When `to` exists it is swapped out atomically
-// (renameat2 RENAME_EXCHANGE) and then removed; filesystems without the exchange fall back to
-// moving the old one to `displaced` first (readers look there when `to` is missing).
-Status replace_directory(const std::string &from, const std::string &to, const std::string &displaced);
+
+// Puts folder `from` at `to` in one step, keeping the folder it replaces until commit(). When `to`
+// exists it is swapped out atomically (renameat2 RENAME_EXCHANGE: the old folder then sits at
+// `from`); filesystems without the exchange move the old one to `displaced` first (readers look
+// there when `to` is missing). swap() fails with nothing changed. undo() puts the previous state
+// back (the new folder returns to `from`); commit() removes the old folder, and its failure only
+// leaves a leftover (the next save removes it). The destructor undoes a swap never committed.
+class DirectorySwap {
+ public:
+  DirectorySwap() = default;
+  DirectorySwap(const DirectorySwap &) = delete;
+  DirectorySwap &operator=(const DirectorySwap &) = delete;
+  ~DirectorySwap() { (void)undo(); }
+  Status swap(const std::string &from, const std::string &to, const std::string &displaced);
+  Status undo();
+  Status commit();
+
+ private:
+  enum State { kIdle, kRenamed, kExchanged, kDisplaced };
+  State state_ = kIdle;
+  std::string from_, to_, displaced_;
+};
 
 }  // namespace dsrt

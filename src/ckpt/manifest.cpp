@@ -4,6 +4,8 @@
 #include <cjson/cJSON.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <cinttypes>
 #include <cstring>
 #include <memory>
@@ -28,6 +30,9 @@ std::string hex64(uint64_t v) {
   return buf;
 }
 
+constexpr double kMaxExactInteger = 9007199254740992.0;  // 2^53
+constexpr int64_t kMaxCount = 1LL << 53;               // steps, iterations, byte counts
+
 // Field readers that fail with a message naming the file and the key.
 struct Reader {
   const std::string &path;
@@ -39,14 +44,27 @@ struct Reader {
       status = Error(DSRT_ERR_CHECKPOINT, "'%s': missing field \"%s\"", path.c_str(), key);
     return j;
   }
-  int64_t integer(const cJSON *obj, const char *key) {
-    const cJSON *j = item(obj, key);
+  int64_t integer(const cJSON *obj, const char *key) { return integer_value(item(obj, key), key); }
+  // An integral JSON number inside [-2^53, 2^53] (doubles hold every integer there exactly; the
+  // conversion of anything larger to int64_t could overflow).
+  int64_t integer_value(const cJSON *j, const char *what) {
     if (j == nullptr) return 0;
-    if (!cJSON_IsNumber(j) || j->valuedouble != static_cast<double>(static_cast<int64_t>(j->valuedouble))) {
-      if (status.ok()) status = Error(DSRT_ERR_CHECKPOINT, "'%s': field \"%s\" is not an integer", path.c_str(), key);
+    const double v = cJSON_IsNumber(j) ? j->valuedouble : 0.5;
+    if (!(v >= -kMaxExactInteger && v <= kMaxExactInteger) || v != std::floor(v)) {
+      if (status.ok())
+        status = Error(DSRT_ERR_CHECKPOINT, "'%s': field \"%s\" is not an integer in -2^53..2^53", path.c_str(), what);
       return 0;
     }
-    return static_cast<int64_t>(j->valuedouble);
+    return static_cast<int64_t>(v);
+  }
+  // integer() that must lie in [lo, hi].
+  int64_t ranged(const cJSON *obj, const char *key, int64_t lo, int64_t hi) {
+    const int64_t v = integer(obj, key);
+    if (status.ok() && (v < lo || v > hi))
+      status = Error(DSRT_ERR_CHECKPOINT, "'%s': field \"%s\" is %lld, outside %lld..%lld (the manifest is not one "
+                     "dsrt wrote)", path.c_str(), key, static_cast<long long>(v), static_cast<long long>(lo),
+                     static_cast<long long>(hi));
+    return v;
   }
   double number(const cJSON *obj, const char *key) {
     const cJSON *j = item(obj, key);
@@ -191,45 +209,63 @@ std::string Manifest::to_json() const {
 }
 
 Status Manifest::parse(const std::string &text, const std::string &path, Manifest *out) {
-  JsonPtr root(cJSON_ParseWithLength(text.data(), text.size()));
+  const char *end = nullptr;
+  JsonPtr root(cJSON_ParseWithLengthOpts(text.data(), text.size(), &end, false));
   if (!root || !cJSON_IsObject(root.get()))
     return Error(DSRT_ERR_CHECKPOINT, "'%s' is not valid JSON", path.c_str());
+  for (const char *p = end; p != nullptr && p < text.data() + text.size(); ++p)
+    if (*p != ' ' && *p != '\n' && *p != '\r' && *p != '\t')
+      return Error(DSRT_ERR_CHECKPOINT, "'%s' has bytes after its JSON object (at offset %zu)", path.c_str(),
+                   static_cast<size_t>(p - text.data()));
   Reader rd{path, Status::Ok()};
   const cJSON *r = root.get();
   Manifest m;
   if (rd.string(r, "format") != "dsrt-checkpoint" && rd.status.ok())
     return Error(DSRT_ERR_CHECKPOINT, "'%s' is not a dsrt checkpoint manifest", path.c_str());
-  m.format_version = static_cast<int>(rd.integer(r, "format_version"));
+  m.format_version = static_cast<int>(rd.ranged(r, "format_version", 0, 1 << 30));
   if (rd.status.ok() && m.format_version != kCheckpointFormatVersion)
     return Error(DSRT_ERR_CHECKPOINT, "'%s' has format version %d; this dsrt reads version %d", path.c_str(),
                  m.format_version, kCheckpointFormatVersion);
   m.tag = rd.string(r, "tag");
   m.save_id = rd.hex(r, "save_id");
-  m.world_size = static_cast<int>(rd.integer(r, "world_size"));
-  m.zero_stage = static_cast<int>(rd.integer(r, "zero_stage"));
+  m.world_size = static_cast<int>(rd.ranged(r, "world_size", 1, kMaxManifestWorldSize));
+  m.zero_stage = static_cast<int>(rd.ranged(r, "zero_stage", 0, 3));
   m.working_dtype = rd.string(r, "working_dtype");
+  if (rd.status.ok() && m.working_dtype != "fp32" && m.working_dtype != "fp16" && m.working_dtype != "bf16")
+    return Error(DSRT_ERR_CHECKPOINT, "'%s': working_dtype \"%s\" is not fp32, fp16 or bf16", path.c_str(),
+                 m.working_dtype.c_str());
   m.optimizer = rd.string(r, "optimizer");
   if (const cJSON *streams = rd.array(r, "streams")) {
     int i = 0;
     for (const cJSON *s = streams->child; s; s = s->next, ++i)
       if (i > 0) m.state_names.push_back(cJSON_IsString(s) ? s->valuestring : "?");
+    if (i < 1 || m.state_names.size() > kMaxManifestStates)
+      return Error(DSRT_ERR_CHECKPOINT, "'%s': \"streams\" lists %d streams; a checkpoint has 1 to %zu", path.c_str(), i,
+                   kMaxManifestStates + 1);
   }
-  m.block_bytes = static_cast<uint64_t>(rd.integer(r, "block_bytes"));
+  m.block_bytes = static_cast<uint64_t>(rd.ranged(r, "block_bytes", 4, kMaxManifestBlockBytes));
+  if (rd.status.ok() && m.block_bytes % 4 != 0)
+    return Error(DSRT_ERR_CHECKPOINT, "'%s': block_bytes %llu is not a multiple of 4", path.c_str(),
+                 static_cast<unsigned long long>(m.block_bytes));
   m.node_local = rd.boolean(r, "node_local_storage");
   const cJSON *c = rd.item(r, "counters");
-  m.counters.global_step = rd.integer(c, "global_step");
-  m.counters.applied_steps = rd.integer(c, "applied_steps");
-  m.counters.skipped_steps = rd.integer(c, "skipped_steps");
-  m.counters.micro_step = rd.integer(c, "micro_step");
+  m.counters.global_step = rd.ranged(c, "global_step", 0, kMaxCount);
+  m.counters.applied_steps = rd.ranged(c, "applied_steps", 0, m.counters.global_step);
+  m.counters.skipped_steps = rd.ranged(c, "skipped_steps", 0, m.counters.global_step);
+  m.counters.micro_step = rd.ranged(c, "micro_step", 0, 0);  // saves happen at boundaries only
   const cJSON *ls = rd.item(r, "loss_scaler");
   m.scaler_dynamic = rd.boolean(ls, "dynamic");
   m.scaler.cur_scale = rd.number(ls, "cur_scale");
-  m.scaler.cur_iter = rd.integer(ls, "cur_iter");
-  m.scaler.last_overflow_iter = rd.integer(ls, "last_overflow_iter");
-  m.scaler.cur_hysteresis = rd.integer(ls, "cur_hysteresis");
-  m.scheduler_iteration = rd.integer(rd.item(r, "scheduler"), "last_batch_iteration");
+  if (rd.status.ok() && !(m.scaler.cur_scale > 0 && m.scaler.cur_scale <= std::numeric_limits<float>::max()))
+    return Error(DSRT_ERR_CHECKPOINT, "'%s': loss_scaler.cur_scale %g is not a positive finite fp32 value",
+                 path.c_str(), m.scaler.cur_scale);
+  m.scaler.cur_iter = rd.ranged(ls, "cur_iter", 0, kMaxCount);
+  m.scaler.last_overflow_iter = rd.ranged(ls, "last_overflow_iter", -1, kMaxCount);
+  m.scaler.cur_hysteresis = rd.ranged(ls, "cur_hysteresis", 0, 1LL << 31);
+  // The schedule steps once per applied step, from -1 (not stepped yet).
+  m.scheduler_iteration = rd.ranged(rd.item(r, "scheduler"), "last_batch_iteration", -1, m.counters.global_step);
   const cJSON *cs = rd.item(r, "client_state");
-  m.client_state_bytes = static_cast<uint64_t>(rd.integer(cs, "bytes"));
+  m.client_state_bytes = static_cast<uint64_t>(rd.ranged(cs, "bytes", 0, kMaxCount));
   m.client_state_crc = static_cast<uint32_t>(rd.hex(cs, "crc32c"));
   m.model_16bit = rd.string(r, "model_16bit");
   if (const cJSON *config = rd.item(r, "config")) {
@@ -241,37 +277,41 @@ Status Manifest::parse(const std::string &text, const std::string &path, Manifes
     for (const cJSON *o = ts->child; o && rd.status.ok(); o = o->next) {
       ManifestTensor t;
       t.name = rd.string(o, "name");
-      if (const cJSON *shape = rd.array(o, "shape"))
-        for (const cJSON *d = shape->child; d; d = d->next) t.shape.push_back(static_cast<int64_t>(d->valuedouble));
-      t.numel = rd.integer(o, "numel");
+      if (const cJSON *shape = rd.array(o, "shape")) {
+        for (const cJSON *d = shape->child; d && rd.status.ok(); d = d->next)
+          t.shape.push_back(rd.integer_value(d, "shape"));
+        if (t.shape.size() > kMaxManifestDims)
+          rd.status = Error(DSRT_ERR_CHECKPOINT, "'%s': tensor '%s' has %zu dimensions; at most %zu are possible",
+                            path.c_str(), t.name.c_str(), t.shape.size(), kMaxManifestDims);
+      }
+      t.numel = rd.ranged(o, "numel", 0, kMaxManifestElems);
       m.tensors.push_back(std::move(t));
     }
   }
   if (const cJSON *ss = rd.array(r, "shards")) {
     for (const cJSON *o = ss->child; o && rd.status.ok(); o = o->next) {
       ManifestShard s;
-      s.rank = static_cast<int>(rd.integer(o, "rank"));
+      s.rank = static_cast<int>(rd.ranged(o, "rank", 0, m.world_size - 1));
       s.file = rd.string(o, "file");
-      s.bytes = static_cast<uint64_t>(rd.integer(o, "bytes"));
+      s.bytes = static_cast<uint64_t>(rd.ranged(o, "bytes", 0, kMaxCount));
       s.table_crc = static_cast<uint32_t>(rd.hex(o, "table_crc32c"));
       if (const cJSON *segs = rd.array(o, "segments")) {
-        for (const cJSON *a = segs->child; a; a = a->next) {
-          if (cJSON_GetArraySize(a) != 3) {
+        for (const cJSON *a = segs->child; a && rd.status.ok(); a = a->next) {
+          if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != 3) {
             rd.status = Error(DSRT_ERR_CHECKPOINT, "'%s': shard %d has a malformed segment", path.c_str(), s.rank);
             break;
           }
-          s.segments.push_back({static_cast<int64_t>(cJSON_GetArrayItem(a, 0)->valuedouble),
-                                static_cast<int64_t>(cJSON_GetArrayItem(a, 1)->valuedouble),
-                                static_cast<int64_t>(cJSON_GetArrayItem(a, 2)->valuedouble)});
+          ManifestSegment g;
+          g.tensor = rd.integer_value(a->child, "segments");
+          g.begin = rd.integer_value(a->child->next, "segments");
+          g.count = rd.integer_value(a->child->next->next, "segments");
+          s.segments.push_back(g);
         }
       }
       m.shards.push_back(std::move(s));
     }
   }
   DSRT_RETURN_IF_ERROR(rd.status);
-  if (m.world_size < 1 || m.zero_stage < 0 || m.zero_stage > 3 || m.block_bytes == 0 || m.block_bytes % 4 != 0)
-    return Error(DSRT_ERR_CHECKPOINT, "'%s': world_size %d, zero_stage %d or block_bytes %llu is out of range",
-                 path.c_str(), m.world_size, m.zero_stage, static_cast<unsigned long long>(m.block_bytes));
   DSRT_RETURN_IF_ERROR(m.index(path));
   *out = std::move(m);
   return Status::Ok();
@@ -283,25 +323,35 @@ Status Manifest::index(const std::string &path) {
     int64_t n = 1;
     for (int64_t d : tensors[t].shape) {
       if (d < 0) return Error(DSRT_ERR_CHECKPOINT, "'%s': tensor '%s' has a negative dimension", path.c_str(), tensors[t].name.c_str());
+      if (d != 0 && n > kMaxManifestElems / d)
+        return Error(DSRT_ERR_CHECKPOINT, "'%s': tensor '%s' has a shape of more than 2^48 elements", path.c_str(),
+                     tensors[t].name.c_str());
       n *= d;
     }
     if (n != tensors[t].numel)
       return Error(DSRT_ERR_CHECKPOINT, "'%s': tensor '%s' has numel %lld but its shape holds %lld", path.c_str(),
                    tensors[t].name.c_str(), static_cast<long long>(tensors[t].numel), static_cast<long long>(n));
   }
+  std::vector<bool> rank_seen(static_cast<size_t>(std::max(world_size, 0)), false);
   for (size_t s = 0; s < shards.size(); ++s) {
     const ManifestShard &shard = shards[s];
-    if (shard.rank < 0 || shard.rank >= world_size || shard.file.empty() || shard.file.find('/') != std::string::npos)
-      return Error(DSRT_ERR_CHECKPOINT, "'%s': shard entry %zu (rank %d, file '%s') is invalid", path.c_str(), s,
-                   shard.rank, shard.file.c_str());
+    if (shard.rank < 0 || shard.rank >= world_size || shard.file.empty() || shard.file.find('/') != std::string::npos ||
+        shard.file[0] == '.' || rank_seen[static_cast<size_t>(shard.rank)])
+      return Error(DSRT_ERR_CHECKPOINT, "'%s': shard entry %zu (rank %d, file '%s') is invalid or repeated",
+                   path.c_str(), s, shard.rank, shard.file.c_str());
+    rank_seen[static_cast<size_t>(shard.rank)] = true;
     uint64_t at = 0;
     for (const ManifestSegment &g : shard.segments) {
       if (g.tensor < 0 || static_cast<size_t>(g.tensor) >= tensors.size() || g.begin < 0 || g.count < 0 ||
-          g.begin + g.count > tensors[static_cast<size_t>(g.tensor)].numel)
+          g.begin > tensors[static_cast<size_t>(g.tensor)].numel ||
+          g.count > tensors[static_cast<size_t>(g.tensor)].numel - g.begin)
         return Error(DSRT_ERR_CHECKPOINT, "'%s': shard of rank %d has a segment outside its tensor", path.c_str(),
                      shard.rank);
       if (g.count > 0) pieces[static_cast<size_t>(g.tensor)].push_back({static_cast<int>(s), g.begin, g.count, at});
       at += static_cast<uint64_t>(g.count);
+      if (at > static_cast<uint64_t>(kMaxManifestElems))
+        return Error(DSRT_ERR_CHECKPOINT, "'%s': the shard of rank %d holds more than 2^48 elements per stream",
+                     path.c_str(), shard.rank);
     }
   }
   for (size_t t = 0; t < tensors.size(); ++t) {

@@ -24,6 +24,14 @@ constexpr const char *kClientStateFile = "client_state.bin";
 constexpr const char *kModel16File = "model_16bit.safetensors";
 constexpr const char *kLatestFile = "latest";
 
+// What a manifest may claim; anything beyond is refused on load (a crafted or damaged file), so
+// that every size computed from it fits in 64 bits.
+constexpr int64_t kMaxManifestWorldSize = 1 << 24;
+constexpr size_t kMaxManifestStates = 8;             // optimizer-state streams after the fp32 master
+constexpr int64_t kMaxManifestBlockBytes = 1 << 30;
+constexpr size_t kMaxManifestDims = 8;
+constexpr int64_t kMaxManifestElems = 1LL << 48;     // per tensor and per shard stream
+
 struct ManifestSegment {
   int64_t tensor = 0;
   int64_t begin = 0;  // first element in the tensor's row-major order
@@ -59,7 +67,7 @@ struct Manifest {
   uint64_t save_id = 0;
   int world_size = 1;
   int zero_stage = 0;
-  std::string working_dtype = "f32";
+  std::string working_dtype = "fp32";  // dtype_name(): fp32, fp16 or bf16
   std::string optimizer;
   std::vector<std::string> state_names;  // streams after the fp32 master
   uint64_t block_bytes = 0;

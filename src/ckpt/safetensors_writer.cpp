@@ -39,11 +39,20 @@ Status SafetensorsWriter::open(const std::string &path, const std::vector<Safete
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "dtype", safetensors_dtype_name(e.dtype));
     cJSON *shape = cJSON_AddArrayToObject(o, "shape");
+    bool overflow = false;
     for (int64_t d : e.shape) {
       cJSON_AddItemToArray(shape, cJSON_CreateNumber(static_cast<double>(d)));
-      n *= static_cast<uint64_t>(d);
+      overflow |= d < 0 || __builtin_mul_overflow(n, static_cast<uint64_t>(d), &n);
     }
-    const uint64_t end = offset + n * dtype_size(e.dtype);
+    uint64_t end = 0;
+    overflow |= __builtin_mul_overflow(n, static_cast<uint64_t>(dtype_size(e.dtype)), &n) ||
+                __builtin_add_overflow(offset, n, &end) || end > (uint64_t{1} << 62);
+    if (overflow) {
+      cJSON_Delete(o);
+      status = Error(DSRT_ERR_INVALID_ARGUMENT, "safetensors '%s': tensor '%s' does not fit in a file (its shape or the "
+                     "total size overflows)", path.c_str(), e.name.c_str());
+      break;
+    }
     cJSON *offsets = cJSON_AddArrayToObject(o, "data_offsets");
     cJSON_AddItemToArray(offsets, cJSON_CreateNumber(static_cast<double>(offset)));
     cJSON_AddItemToArray(offsets, cJSON_CreateNumber(static_cast<double>(end)));

@@ -130,7 +130,10 @@ Status ShardReader::open(const std::string &path, const ShardHeader &expect, uin
     return Error(DSRT_ERR_CHECKPOINT, "'%s' is %llu bytes but the manifest says %llu (%s)", p,
                  static_cast<unsigned long long>(size), static_cast<unsigned long long>(file_bytes),
                  size < file_bytes ? "truncated" : "extra bytes");
-  uint8_t raw[kHeaderFieldBytes + 4];
+  if (size < kShardHeaderBytes + 4)
+    return Error(DSRT_ERR_CHECKPOINT, "'%s' is %llu bytes, too small for a shard (truncated)", p,
+                 static_cast<unsigned long long>(size));
+  uint8_t raw[kShardHeaderBytes];
   DSRT_RETURN_IF_ERROR(file_.read_exact(0, raw, sizeof raw));
   if (std::memcmp(raw, kMagic, 8) != 0)
     return Error(DSRT_ERR_CHECKPOINT, "'%s' is not a dsrt shard (bad magic)", p);
@@ -139,6 +142,13 @@ Status ShardReader::open(const std::string &path, const ShardHeader &expect, uin
                  kShardFormatVersion);
   if (get32(raw + kHeaderFieldBytes) != crc32c(0, raw, kHeaderFieldBytes))
     return Error(DSRT_ERR_CHECKPOINT, "'%s': header checksum mismatch (the header is damaged)", p);
+  // The writer zeroes the rest of the header: any other byte there is damage.
+  for (size_t i = kHeaderFieldBytes + 4; i < sizeof raw; ++i)
+    if (raw[i] != 0)
+      return Error(DSRT_ERR_CHECKPOINT, "'%s': header byte %zu is not zero (the header is damaged)", p, i);
+  if (get32(raw + 12) != kShardHeaderBytes)
+    return Error(DSRT_ERR_CHECKPOINT, "'%s': header size %u is not %llu", p, get32(raw + 12),
+                 static_cast<unsigned long long>(kShardHeaderBytes));
   ShardHeader h;
   h.rank = static_cast<int32_t>(get32(raw + 16));
   h.world_size = static_cast<int32_t>(get32(raw + 20));
@@ -156,8 +166,24 @@ Status ShardReader::open(const std::string &path, const ShardHeader &expect, uin
     return Error(DSRT_ERR_CHECKPOINT, "'%s' holds %u streams of %llu elements; the manifest expects %u of %llu", p,
                  h.num_streams, static_cast<unsigned long long>(h.elems_per_stream), expect.num_streams,
                  static_cast<unsigned long long>(expect.elems_per_stream));
-  if (h.block_bytes == 0 || h.block_bytes % 4 != 0 || get64(raw + 48) != h.num_blocks() || h.file_bytes() != size)
-    return Error(DSRT_ERR_CHECKPOINT, "'%s': inconsistent block layout in the header", p);
+  if (h.block_bytes != expect.block_bytes)
+    return Error(DSRT_ERR_CHECKPOINT, "'%s' has %llu-byte blocks; the manifest says %llu", p,
+                 static_cast<unsigned long long>(h.block_bytes), static_cast<unsigned long long>(expect.block_bytes));
+  // Every size below is computed with overflow checks and compared with the file's real size
+  // before anything is allocated or read from it.
+  uint64_t data_bytes = 0, blocks = 0, table_bytes = 0, total = 0;
+  if (h.block_bytes == 0 || h.block_bytes % 4 != 0 || h.num_streams == 0 ||
+      __builtin_mul_overflow(h.elems_per_stream, static_cast<uint64_t>(h.num_streams), &data_bytes) ||
+      __builtin_mul_overflow(data_bytes, static_cast<uint64_t>(sizeof(float)), &data_bytes))
+    return Error(DSRT_ERR_CHECKPOINT, "'%s': the header's sizes (%u streams of %llu elements, %llu-byte blocks) are "
+                 "impossible", p, h.num_streams, static_cast<unsigned long long>(h.elems_per_stream),
+                 static_cast<unsigned long long>(h.block_bytes));
+  blocks = data_bytes / h.block_bytes + (data_bytes % h.block_bytes != 0 ? 1 : 0);
+  if (__builtin_mul_overflow(blocks, uint64_t{4}, &table_bytes) ||
+      __builtin_add_overflow(table_bytes, uint64_t{4} + kShardHeaderBytes, &total) ||
+      __builtin_add_overflow(total, data_bytes, &total) || get64(raw + 48) != blocks || total != size)
+    return Error(DSRT_ERR_CHECKPOINT, "'%s': inconsistent block layout in the header (it describes a file other than "
+                 "its %llu bytes)", p, static_cast<unsigned long long>(size));
   header_ = h;
   std::vector<uint8_t> table(static_cast<size_t>(h.num_blocks()) * 4 + 4);
   DSRT_RETURN_IF_ERROR(file_.read_exact(kShardHeaderBytes + h.data_bytes(), table.data(), table.size()));
@@ -168,7 +194,8 @@ Status ShardReader::open(const std::string &path, const ShardHeader &expect, uin
     return Error(DSRT_ERR_CHECKPOINT, "'%s': its checksum table does not match the manifest's (a shard from another save?)", p);
   table_.resize(static_cast<size_t>(h.num_blocks()));
   for (size_t i = 0; i < table_.size(); ++i) table_[i] = get32(&table[i * 4]);
-  if (!block_.allocate(static_cast<size_t>(h.block_bytes), false))
+  // A block never holds more than the data (a small shard with a large block size).
+  if (!block_.allocate(static_cast<size_t>(std::max<uint64_t>(4, std::min(h.block_bytes, data_bytes))), false))
     return Error(DSRT_ERR_OUT_OF_MEMORY, "checkpoint reader: cannot allocate a %llu-byte block",
                  static_cast<unsigned long long>(h.block_bytes));
   cached_ = UINT64_MAX;
@@ -190,7 +217,7 @@ Status ShardReader::load_block(uint64_t index) {
 }
 
 Status ShardReader::read(uint32_t stream, uint64_t elem, uint64_t count, float *out) {
-  if (stream >= header_.num_streams || elem + count > header_.elems_per_stream)
+  if (stream >= header_.num_streams || elem > header_.elems_per_stream || count > header_.elems_per_stream - elem)
     return Error(DSRT_ERR_CHECKPOINT, "'%s': request for elements %llu..%llu of stream %u is outside the shard",
                  file_.path().c_str(), static_cast<unsigned long long>(elem),
                  static_cast<unsigned long long>(elem + count), stream);

@@ -4,7 +4,7 @@
 // Collectives are asynchronous: they return a handle, and the buffers must not be touched until
 // handle->wait() returns. Handles complete in the order they were issued on one communicator.
 // 16-bit buffers (fp16, bf16) are reduced with fp32 accumulation and rounded once, since MPI has
-// no 16-bit sum. A wait that exceeds the timeout (DSRT_COMM_TIMEOUT_S seconds, default 300)
+// no 16-bit sum. A wait that exceeds the timeout (config "comm_timeout" or DSRT_COMM_TIMEOUT_S seconds, default 120)
 // returns DSRT_ERR_COMM naming the operation, the rank and the step.
 #pragma once
 

@@ -2,6 +2,7 @@
 #include "comm/comm_checks.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -13,7 +14,10 @@
 namespace dsrt {
 namespace {
 
-constexpr double kDefaultTimeoutSeconds = 300.0;
+// Long enough for the imbalance between ranks of a training step (a checkpoint shard, an NVMe
+// optimizer pass), short enough that survivors of a dead rank fail within two minutes.
+constexpr double kDefaultTimeoutSeconds = 120.0;
+std::atomic<double> g_timeout_override{0.0};
 
 class CompletedRequest final : public CommRequest {
  public:
@@ -85,6 +89,15 @@ double comm_timeout_seconds_from_env() {
     return kDefaultTimeoutSeconds;
   }
   return seconds;
+}
+
+void comm_set_timeout_seconds(double seconds) {
+  g_timeout_override.store(std::isfinite(seconds) && seconds > 0 ? seconds : 0.0);
+}
+
+double comm_timeout_seconds(double created_s) {
+  const double override_s = g_timeout_override.load();
+  return override_s > 0 ? override_s : created_s;
 }
 
 BlockLayout equal_blocks(size_t block_count, int size) {

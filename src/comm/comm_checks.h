@@ -23,9 +23,15 @@ BlockLayout split_blocks(size_t count, int size);
 // Blocks of counts[r] laid out rank after rank (counts has size entries).
 BlockLayout blocks_from_counts(const size_t *counts, int size);
 
-// Seconds a collective may take before it fails (DSRT_COMM_TIMEOUT_S, default 300). A value that
+// Seconds a collective may take before it fails (DSRT_COMM_TIMEOUT_S, default 120). A value that
 // is not a positive number is reported once and the default is used.
 double comm_timeout_seconds_from_env();
+// The timeout the MPI and TCP communicators apply to each collective as it starts: the config key
+// "comm_timeout" of the last engine created with it (comm_set_timeout_seconds, process-wide), else
+// created_s, the communicator's own (DSRT_COMM_TIMEOUT_S when it was created, or the default).
+// NCCL communicators keep the value of their creation.
+double comm_timeout_seconds(double created_s);
+void comm_set_timeout_seconds(double seconds);  // <= 0: back to each communicator's own
 
 // A handle whose wait() returns status at once (for local copies and zero-length collectives).
 CommHandle completed_handle(Status status = Status::Ok());

@@ -344,9 +344,10 @@ class MpiComm final : public Comm, public std::enable_shared_from_this<MpiComm> 
   Status execute(QueuedOp &op) {
     if (broken_) return broken_error(op.description);
     ctx_.timed_out = false;
+    const double timeout_s = comm_timeout_seconds(timeout_s_);  // the config key may set it after creation
     ctx_.deadline = std::chrono::steady_clock::now() +
                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                        std::chrono::duration<double>(timeout_s_));
+                        std::chrono::duration<double>(timeout_s));
     Status status;
     try {
       status = op.body(ctx_);
@@ -360,8 +361,8 @@ class MpiComm final : public Comm, public std::enable_shared_from_this<MpiComm> 
       status = Error(DSRT_ERR_COMM,
                      "%s did not complete within %g s on rank %d of %d at step %lld: another rank skipped or "
                      "reordered this collective, is still busy, or died (%s); the communicator is now unusable. "
-                     "Raise DSRT_COMM_TIMEOUT_S if the step is legitimately slower",
-                     op.description.c_str(), timeout_s_, rank_, size_, static_cast<long long>(op.step),
+                     "Raise \"comm_timeout\" in the config (or DSRT_COMM_TIMEOUT_S) if the step is legitimately slower",
+                     op.description.c_str(), timeout_s, rank_, size_, static_cast<long long>(op.step),
                      status.message().c_str());
     } else {
       status = status.with_context(Format("%s on rank %d of %d at step %lld", op.description.c_str(), rank_, size_,
@@ -372,6 +373,7 @@ class MpiComm final : public Comm, public std::enable_shared_from_this<MpiComm> 
       broken_reason_ = status.message();
     }
     broken_ = true;
+    mpi_runtime_mark_broken();
     logf(DSRT_LOG_ERROR, "%s", status.message().c_str());
     return status;
   }
@@ -411,7 +413,7 @@ class MpiComm final : public Comm, public std::enable_shared_from_this<MpiComm> 
  private:
   const MpiRuntime *runtime_;
   const int rank_, size_;
-  const double timeout_s_;
+  const double timeout_s_;           // DSRT_COMM_TIMEOUT_S at creation (comm_timeout_seconds)
   ExchangeContext ctx_;              // used only by the op being executed
   std::vector<float> small_scratch_;  // fp32 image for small 16-bit all-reduces
 
@@ -457,7 +459,7 @@ Status mpi_comm_create_world(int expected_rank, int expected_size, const char *l
   ExchangeContext ctx;
   ctx.deadline = std::chrono::steady_clock::now() +
                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                     std::chrono::duration<double>(comm_timeout_seconds_from_env()));
+                     std::chrono::duration<double>(comm_timeout_seconds(comm_timeout_seconds_from_env())));
   MPI_Comm dup = MPI_COMM_NULL;
   MPI_Request request = MPI_REQUEST_NULL;
   {
@@ -465,6 +467,7 @@ Status mpi_comm_create_world(int expected_rank, int expected_size, const char *l
     DSRT_RETURN_IF_ERROR(mpi_check(MPI_Comm_idup(MPI_COMM_WORLD, &dup, &request), "MPI_Comm_idup"));
   }
   Status dup_status = poll_request(ctx, &request, "MPI_Comm_idup");
+  if (!dup_status.ok()) mpi_runtime_mark_broken();
   if (!dup_status.ok())
     return dup_status.with_context(Format("creating a communicator on rank %d of %d (every rank must create it)",
                                           rank, size));

@@ -5,9 +5,15 @@
 #include <dirent.h>
 #include <dlfcn.h>
 
+#include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <utility>
+
+#include "comm/comm_checks.h"
 
 #include "util/log.h"
 
@@ -81,10 +87,31 @@ void mpi_keep_plugins_mapped() {}
 
 namespace {
 
+std::atomic<bool> g_broken{false};
+std::atomic<bool> g_finalize_returned{false};
+
+// MPI_Finalize is collective: with a rank dead it can wait for ever (about one run in five hung
+// there). After a failed collective (a timeout: a peer died, stopped answering, or skipped it on
+// purpose) the process finalizes under a watchdog: if MPI_Finalize has not returned within the
+// collective timeout, the process exits without it (status 1), so survivors that a launcher lets
+// run can exit. With every rank alive, finalizing takes milliseconds and the watchdog never fires.
 void finalize_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  if (g_broken.load()) {
+    const double limit = comm_timeout_seconds(comm_timeout_seconds_from_env());
+    std::thread([limit] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(limit));
+      if (g_finalize_returned.load()) return;
+      std::fprintf(stderr, "dsrt: MPI_Finalize did not return within %g s after a failed collective (a rank died "
+                           "or stopped answering); exiting without it\n", limit);
+      std::fflush(stderr);
+      std::_Exit(1);
+    }).detach();
+  }
+  MPI_Finalize();
+  g_finalize_returned.store(true);
 }
 
 const char *thread_level_name(int level) {
@@ -106,6 +133,10 @@ Status mpi_check(int rc, const char *call) {
   if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) text[0] = '\0';
   return Error(DSRT_ERR_COMM, "%s failed: %s (MPI error %d)", call, text, rc);
 }
+
+void mpi_runtime_mark_broken() { g_broken.store(true); }
+
+bool mpi_runtime_broken() { return g_broken.load(); }
 
 bool mpi_runtime_finalized() {
   int finalized = 0;

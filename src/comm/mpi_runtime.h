@@ -34,6 +34,13 @@ struct MpiRuntime {
 Status mpi_runtime_start(const MpiRuntime **out);
 // True once MPI_Finalize has run (dsrt must not call MPI after that).
 bool mpi_runtime_finalized();
+// Called when a collective failed (timeout, MPI error): the world may hold a dead rank, so the
+// exit handler dsrt installed (when dsrt initialized MPI) runs the collective MPI_Finalize under a
+// watchdog that ends the process (status 1) if it has not returned within the collective timeout.
+// A host that initialized MPI itself should call MPI_Abort rather than MPI_Finalize after a
+// DSRT_ERR_COMM from a collective when a rank may have died.
+void mpi_runtime_mark_broken();
+bool mpi_runtime_broken();
 // DSRT_ERR_COMM naming the call and MPI's error text when rc is not MPI_SUCCESS.
 Status mpi_check(int rc, const char *call);
 

@@ -438,7 +438,8 @@ class TcpComm final : public Comm {
     if (broken_) return broken_error(op.description);
     timed_out_ = false;
     peer_closed_ = false;
-    deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
+    const double timeout_s = comm_timeout_seconds(timeout_s_);  // the config key may set it after creation
+    deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
     Status status;
     try {
       status = op.body(*this);
@@ -452,8 +453,8 @@ class TcpComm final : public Comm {
       status = Error(DSRT_ERR_COMM,
                      "%s did not complete within %g s on rank %d of %d at step %lld: another rank skipped or "
                      "reordered this collective, is still busy, or hangs (%s); the communicator is now unusable. "
-                     "Raise DSRT_COMM_TIMEOUT_S if the step is legitimately slower",
-                     op.description.c_str(), timeout_s_, rank_, size_, static_cast<long long>(op.step),
+                     "Raise \"comm_timeout\" in the config (or DSRT_COMM_TIMEOUT_S) if the step is legitimately slower",
+                     op.description.c_str(), timeout_s, rank_, size_, static_cast<long long>(op.step),
                      status.message().c_str());
     } else {
       status = status.with_context(Format("%s on rank %d of %d at step %lld (tcp)", op.description.c_str(), rank_,

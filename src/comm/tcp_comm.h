@@ -19,7 +19,7 @@
 namespace dsrt {
 
 struct TcpCommOptions {
-  double timeout_s = -1;  // per collective; <= 0: DSRT_COMM_TIMEOUT_S
+  double timeout_s = -1;  // per collective; <= 0: DSRT_COMM_TIMEOUT_S (the config key overrides either)
   // Called with this rank's listening port before the rendezvous (tests connect strangers to it).
   std::function<void(int port)> on_listening;
 };

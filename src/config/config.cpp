@@ -74,10 +74,16 @@ Status Config::load(const std::string &path, std::unique_ptr<Config> *out) {
   out->reset();
   std::ifstream file(path, std::ios::binary);
   if (!file) return Error(DSRT_ERR_IO, "cannot open config file '%s': %s", path.c_str(), std::strerror(errno));
-  std::ostringstream text;
-  text << file.rdbuf();
+  // Read at most one byte past the limit, so a huge or endless file (a device, a pipe) stops there.
+  std::string text;
+  char chunk[65536];
+  while (text.size() <= kMaxConfigTextBytes && file.read(chunk, sizeof chunk).gcount() > 0)
+    text.append(chunk, static_cast<size_t>(file.gcount()));
   if (file.bad()) return Error(DSRT_ERR_IO, "cannot read config file '%s': %s", path.c_str(), std::strerror(errno));
-  return parse(text.str(), path, out);
+  if (text.size() > kMaxConfigTextBytes)
+    return Error(DSRT_ERR_CONFIG, "config file '%s' is larger than %zu bytes; a DeepSpeed config is a few kilobytes "
+                 "(is this the right file?)", path.c_str(), kMaxConfigTextBytes);
+  return parse(text, path, out);
 }
 
 Status Config::errors_to_status(const std::vector<Problem> &errors) const {
@@ -113,7 +119,11 @@ void Config::read_member(const std::string &section, const std::string &display,
                          const JsonNode &node, std::vector<Problem> *errors) {
   const std::string shown = join_path(display, name);
   auto problem = [&](const std::string &message) {
-    errors->push_back(Problem{shown, message, node.line, node.column});
+    // A hostile megabyte-long key is named by its start, not copied into the message.
+    const std::string path = shown.size() <= 200 ? shown
+                                                 : shown.substr(0, 160) + "...(" + std::to_string(shown.size()) +
+                                                       " characters)";
+    errors->push_back(Problem{path, message, node.line, node.column});
   };
   std::string canonical = name;
   for (const Alias &alias : kAliases) {
@@ -190,7 +200,10 @@ void Config::read_member(const std::string &section, const std::string &display,
     read_key(*spec, node, shown, errors);
     return;
   }
-  problem(unknown_key_message(section, name));
+  // Explaining an unknown key ("did you mean", where it belongs) scans the schema: a config with
+  // 100,000 unknown keys gets the explanation for its first problems only, so checking stays linear.
+  constexpr size_t kExplainedProblems = 100;
+  problem(errors->size() < kExplainedProblems ? unknown_key_message(section, name) : "unknown key");
 }
 
 std::string Config::where_at(const JsonNode &node) const {

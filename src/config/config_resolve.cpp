@@ -83,6 +83,7 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
   t.has_grad_accum_dtype = !accum.empty();
   t.grad_accum_dtype = dtype_of(accum);
   t.steps_per_print = i64("steps_per_print", t.steps_per_print);
+  t.comm_timeout_s = num("comm_timeout", 0.0);
   t.wall_clock_breakdown = flag("wall_clock_breakdown", t.wall_clock_breakdown);
   t.csv_monitor.enabled = flag("csv_monitor.enabled", t.csv_monitor.enabled);
   t.csv_monitor.output_path = text("csv_monitor.output_path", t.csv_monitor.output_path);

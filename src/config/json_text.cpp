@@ -4,6 +4,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <string>
+#include <unordered_map>
 
 namespace dsrt {
 
@@ -11,6 +13,13 @@ namespace {
 
 // Deep nesting is never a real config; the limit keeps hostile input from exhausting the stack.
 constexpr int kMaxDepth = 64;
+
+// A key as quoted in a message: a hostile 10 MB key is cut, not copied into every message.
+std::string shorten(const std::string &key) {
+  constexpr size_t kShown = 60;
+  if (key.size() <= kShown + 20) return key;
+  return key.substr(0, kShown) + "...(" + std::to_string(key.size()) + " characters)";
+}
 
 class Reader {
  public:
@@ -124,6 +133,7 @@ class Reader {
   Status parse_object(JsonNode *out, int depth) {
     out->type = JsonNode::Type::Object;
     advance();  // '{'
+    std::unordered_map<std::string, int> first_line;  // key -> line of its first occurrence
     for (;;) {
       DSRT_RETURN_IF_ERROR(skip_space());
       if (peek() == '}') {
@@ -137,14 +147,15 @@ class Reader {
       int key_line = line_, key_column = column_;
       std::string key;
       DSRT_RETURN_IF_ERROR(parse_string(&key));
-      for (const auto &member : out->members) {
-        if (member.first == key)
-          return error_at(key_line, key_column,
-                          Format("duplicate key \"%s\" (first given at line %d): remove one of them", key.c_str(),
-                                 member.second.line));
-      }
+      // One hash lookup per key: duplicate detection stays linear in the number of members.
+      auto seen = first_line.emplace(key, key_line);
+      if (!seen.second)
+        return error_at(key_line, key_column,
+                        Format("duplicate key \"%s\" (first given at line %d): remove one of them",
+                               shorten(key).c_str(), seen.first->second));
       DSRT_RETURN_IF_ERROR(skip_space());
-      if (peek() != ':') return error_here("expected ':' after the key \"" + key + "\" but found " + describe_current());
+      if (peek() != ':')
+        return error_here("expected ':' after the key \"" + shorten(key) + "\" but found " + describe_current());
       advance();
       DSRT_RETURN_IF_ERROR(skip_space());
       JsonNode value;
@@ -397,6 +408,10 @@ const char *json_type_name(JsonNode::Type type) {
 
 Status parse_json_text(const std::string &text, const std::string &origin, JsonNode *out) {
   *out = JsonNode();
+  if (text.size() > kMaxConfigTextBytes)
+    return Error(DSRT_ERR_CONFIG, "%s: the config text is %zu bytes; dsrt reads configs of at most %zu bytes (a "
+                 "DeepSpeed config is a few kilobytes: is this the right file?)", origin.c_str(), text.size(),
+                 kMaxConfigTextBytes);
   Reader reader(text, origin);
   return reader.parse_document(out);
 }

@@ -30,6 +30,10 @@ struct JsonNode {
 
 const char *json_type_name(JsonNode::Type type);
 
+// The largest config text dsrt reads (16 MiB); longer text (or a file that never ends, such as
+// /dev/zero) is refused with DSRT_ERR_CONFIG.
+constexpr size_t kMaxConfigTextBytes = size_t(16) << 20;
+
 // Parses text; origin names the source in messages ("ds_config.json:3:17: ...").
 // Fails with DSRT_ERR_CONFIG on a syntax error or a duplicate key.
 Status parse_json_text(const std::string &text, const std::string &origin, JsonNode *out);

@@ -167,6 +167,10 @@ std::vector<std::string> section_children(const std::string &section, int optimi
 }
 
 std::string nearest_name(const std::string &word, const std::vector<std::string> &candidates) {
+  // No key name is this long, and the edit distance costs |word| x |candidate|: a hostile
+  // megabyte-long key gets no suggestion instead of minutes of work.
+  constexpr size_t kMaxSuggestedLength = 100;
+  if (word.size() > kMaxSuggestedLength) return "";
   std::string best;
   std::pair<int, int> best_score{1 << 30, 1 << 30};
   const std::string lw = lower(word);

@@ -113,6 +113,9 @@ std::vector<KeySpec> build_schema_keys() {
   k.push_back(I_null("gradient_accumulation_steps", 1));
   k.push_back(I("steps_per_print", 10, 1));
   k.push_back(B("wall_clock_breakdown", false));
+  // dsrt's own: seconds a collective may wait for the other ranks (DSRT_COMM_TIMEOUT_S otherwise).
+  k.push_back(with(N_null("comm_timeout", 0.0, true), Support::Implemented,
+                   "dsrt's collective timeout in seconds (default: DSRT_COMM_TIMEOUT_S, else 120); not a DeepSpeed key"));
   k.push_back(N("gradient_clipping", 0.0, 0.0));
   k.push_back(B("prescale_gradients", false));
   k.push_back(N("gradient_predivide_factor", 1.0, 0.0, 1e300, true));

@@ -141,6 +141,7 @@ struct TrainConfig {
   bool has_grad_accum_dtype = false;
   dsrt_dtype grad_accum_dtype = DSRT_F32;
   int64_t steps_per_print = 10;
+  double comm_timeout_s = 0;  // "comm_timeout"; 0: not given (DSRT_COMM_TIMEOUT_S or the default)
   bool wall_clock_breakdown = false;
   uint64_t seed = 0;
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "comm/comm_checks.h"
 #include "comm/device_comm.h"
 #include "comm/staged_comm.h"
 #include "device/device_select.h"
@@ -139,6 +140,8 @@ Status Engine::create(const TrainConfig &config, std::shared_ptr<Comm> comm, std
   const double base_momentum =
       config.optimizer.type == OptimizerType::SGD ? config.optimizer.momentum : config.optimizer.beta1;
   DSRT_RETURN_IF_ERROR(make_lr_scheduler(config.scheduler, config.optimizer.lr, base_momentum, &engine->scheduler_));
+  // "comm_timeout": from now on the process's MPI and TCP collectives wait that long.
+  if (config.comm_timeout_s > 0) comm_set_timeout_seconds(config.comm_timeout_s);
   log_set_rank(engine->comm_->rank());
   DSRT_RETURN_IF_ERROR(engine->monitor_open());
   // DeepSpeed prints the effective config at startup; dsrt does so at info level on rank 0.
@@ -162,6 +165,11 @@ Status Engine::require_usable(const char *what) const {
                  "%s: the engine is unusable after a failed collective (%s); the ranks may be out of step, so "
                  "destroy the engine and restart from a checkpoint",
                  what, failure_.c_str());
+  if (!load_failure_.empty())
+    return Error(DSRT_ERR_STATE,
+                 "%s: the engine is unusable until a checkpoint load succeeds: the last load failed after it had "
+                 "replaced part of the state (%s); load a checkpoint again (or destroy the engine)",
+                 what, load_failure_.c_str());
   return Status::Ok();
 }
 

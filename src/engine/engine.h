@@ -145,6 +145,11 @@ class Engine {
   void set_scheduler_iteration(int64_t iteration) { scheduler_->set_last_batch_iteration(iteration); }
   const std::vector<uint8_t> &client_state() const { return client_state_; }
   void set_client_state(const void *data, uint64_t size);
+  // A checkpoint load that failed after it began changing the engine (a full swap disk half-way
+  // through the NVMe states) leaves a mix of old and new values: every call then fails with
+  // DSRT_ERR_STATE naming the failure, until a load succeeds. "" clears it (load_checkpoint only).
+  void set_load_failure(std::string message) { load_failure_ = std::move(message); }
+  const std::string &load_failure() const { return load_failure_; }
 
  private:
   Engine() = default;
@@ -289,6 +294,7 @@ class Engine {
   EngineCounters counters_;
   std::vector<uint8_t> client_state_;
   std::string failure_;  // set by the first failed collective
+  std::string load_failure_;  // set by a load that failed half-way (set_load_failure)
   StepTimers timers_;
   double build_time_ = 0;           // progress lines: samples/s since the last line
   double progress_last_time_ = 0;

@@ -180,5 +180,44 @@ TEST(CheckpointNvme, RefusesToSaveAHalfAppliedStep) {
   EXPECT_TRUE(remove_tree(dir).ok());
 }
 
+// A load whose writes into the swap files fail half-way (a full swap disk) leaves some sub-groups
+// with the checkpoint's values and the rest with the old ones. The engine must not go on training
+// on that mix: every call fails with DSRT_ERR_STATE until a load succeeds, and a successful load
+// then gives exactly the checkpoint's state.
+TEST(CheckpointNvme, AHalfDoneLoadMakesTheEngineUnusableUntilALoadSucceeds) {
+  const std::string dir = scratch_dir("nvme_half_load");
+  TempFolder swap_a, swap_b;
+  std::unique_ptr<Engine> a = make_engine(nvme_config(2, swap_a));
+  ASSERT_TRUE(a && a->nvme_offload());
+  train(*a, 2);
+  ASSERT_TRUE(save_checkpoint(*a, dir, "t").ok());
+  const auto saved = partition_bytes(*a);
+  std::unique_ptr<Engine> b = make_engine(nvme_config(2, swap_b), nullptr, shapes(), 4242);
+  ASSERT_TRUE(b && b->nvme_offload());
+  train(*b, 1);
+  // The staging reads come first; a write request of the commit fails.
+  aio_testing_fail_request(b->nvme_swapper()->aio(), 40, ENOSPC);
+  Status s = load_checkpoint(*b, dir, "t");
+  ASSERT_EQ(s.code(), DSRT_ERR_IO) << s.message();
+  ASSERT_NE(s.message().find("restoring the engine"), std::string::npos) << s.message();
+  for (const Status &refused :
+       {b->step(nullptr), save_checkpoint(*b, dir, "u"), b->read_partition_state(-1, 0, 1, nullptr)}) {
+    EXPECT_EQ(refused.code(), DSRT_ERR_STATE) << refused.message();
+    EXPECT_NE(refused.message().find("until a checkpoint load succeeds"), std::string::npos) << refused.message();
+  }
+  EXPECT_FALSE(path_exists(join_file_path(dir, "u")));
+  // A load that fails before changing anything keeps the engine unusable.
+  EXPECT_EQ(load_checkpoint(*b, dir, "missing").code(), DSRT_ERR_CHECKPOINT);
+  EXPECT_EQ(b->step(nullptr).code(), DSRT_ERR_STATE);
+  Status again = load_checkpoint(*b, dir, "t");
+  ASSERT_TRUE(again.ok()) << again.message();
+  EXPECT_TRUE(ckpt_test::bitwise_equal(saved, partition_bytes(*b)));
+  EXPECT_EQ(b->counters().global_step, a->counters().global_step);
+  train(*b, 1);
+  train(*a, 1);
+  EXPECT_TRUE(ckpt_test::bitwise_equal(partition_bytes(*a), partition_bytes(*b)));
+  EXPECT_TRUE(remove_tree(dir).ok());
+}
+
 }  // namespace
 }  // namespace dsrt

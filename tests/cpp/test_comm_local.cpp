@@ -215,13 +215,20 @@ TEST_F(LauncherEnv, InconsistentLauncherEnvironment) {
 }
 
 TEST_F(LauncherEnv, TimeoutSetting) {
-  EXPECT_EQ(comm_timeout_seconds_from_env(), 300.0);
+  EXPECT_EQ(comm_timeout_seconds_from_env(), 120.0);
   setenv("DSRT_COMM_TIMEOUT_S", "2.5", 1);
   EXPECT_EQ(comm_timeout_seconds_from_env(), 2.5);
+  // A communicator keeps the value of its creation, unless the config key "comm_timeout" (set by
+  // an engine) overrides it.
+  EXPECT_EQ(comm_timeout_seconds(2.5), 2.5);
+  comm_set_timeout_seconds(7);
+  EXPECT_EQ(comm_timeout_seconds(2.5), 7.0);
+  comm_set_timeout_seconds(0);
+  EXPECT_EQ(comm_timeout_seconds(2.5), 2.5);
   setenv("DSRT_COMM_TIMEOUT_S", "soon", 1);
-  EXPECT_EQ(comm_timeout_seconds_from_env(), 300.0);
+  EXPECT_EQ(comm_timeout_seconds_from_env(), 120.0);
   setenv("DSRT_COMM_TIMEOUT_S", "-1", 1);
-  EXPECT_EQ(comm_timeout_seconds_from_env(), 300.0);
+  EXPECT_EQ(comm_timeout_seconds_from_env(), 120.0);
 }
 
 }  // namespace

@@ -122,4 +122,26 @@ TEST(ConfigCapi, ResolveAutoThroughTheApi) {
   dsrt_config_destroy(config);
 }
 
+// The documented contract of dsrt_config_get_string: a numeric key gives its value as text (the
+// shortest form that reads back), a boolean "true" or "false"; an unknown key is DSRT_ERR_CONFIG.
+TEST(ConfigCapi, GetStringOfNumbersAndBooleansGivesTheirText) {
+  dsrt_config *config = nullptr;
+  ASSERT_EQ(dsrt_config_parse("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": "
+                              "{\"lr\": 0.00025, \"betas\": [0.9, 0.95]}}, \"fp16\": {\"enabled\": true}}",
+                              &config),
+            DSRT_OK);
+  const std::pair<const char *, const char *> cases[] = {
+      {"optimizer.params.lr", "0.00025"}, {"train_batch_size", "8"}, {"fp16.enabled", "true"},
+      {"optimizer.params.betas.1", "0.95"}, {"bf16.enabled", "false"}};
+  for (const auto &[key, text] : cases) {
+    char *out = nullptr;
+    ASSERT_EQ(dsrt_config_get_string(config, key, &out), DSRT_OK) << key;
+    EXPECT_EQ(take(out), text) << key;
+  }
+  char *out = nullptr;
+  EXPECT_EQ(dsrt_config_get_string(config, "no_such_key", &out), DSRT_ERR_CONFIG);
+  EXPECT_EQ(out, nullptr);
+  dsrt_config_destroy(config);
+}
+
 }  // namespace

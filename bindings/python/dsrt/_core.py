@@ -379,6 +379,7 @@ class Tensor:
         self._engine = engine
         self._handle = handle
         self._held = 0  # acquires made through this object and not yet released
+        self._private = None  # ZeRO-3 on the CPU: this bracket's own copy of the gathered tensor
         self.name = capi.dsrt_tensor_name(handle)
         self.shape = capi.dsrt_py_tensor_shape(handle)
         self.numel = capi.dsrt_tensor_numel(handle)
@@ -389,14 +390,31 @@ class Tensor:
         return self._handle
 
     def acquire(self):
-        """The full working copy (gathered under ZeRO-3) until release()."""
+        """The full working copy (gathered under ZeRO-3) until release().
+
+        Under ZeRO-3 on the CPU the view is this bracket's own copy of the gathered tensor (shared
+        by nested acquires): the engine reuses its gather buffers after release, and a NumPy array
+        kept past release() must not alias the next tensor gathered there. Writes to it are not
+        written back (as with DeepSpeed's gathered parameters; use write_fp32)."""
         address, dtype = _check(capi.dsrt_tensor_acquire(self.handle))
         self._held += 1
-        return BufferView(address, dtype, self.shape, self._engine, self._engine.device)
+        device = self._engine.device
+        if not (self._engine._gathers and device[0] == capi.DSRT_DEVICE_CPU):
+            return BufferView(address, dtype, self.shape, self._engine, device)
+        if self._private is None:
+            import numpy
+            private = numpy.empty(self.numel * _DTYPE_SIZES[dtype], dtype=numpy.uint8)
+            ctypes.memmove(private.ctypes.data, address, private.size)
+            self._private = private
+        view = BufferView(self._private.ctypes.data, dtype, self.shape, self._engine, device)
+        view._private = self._private  # the copy lives as long as any view of it
+        return view
 
     def release(self):
         _check(capi.dsrt_tensor_release(self.handle))
         self._held = max(0, self._held - 1)
+        if self._held == 0:
+            self._private = None
 
     def gathered(self):
         """with tensor.gathered() as view: the working copy, released on exit (same as `with tensor`)."""
@@ -452,6 +470,11 @@ class Engine(_Handle):
             config = Config(config)
         super().__init__(_check(capi.dsrt_engine_create(config.handle, comm.handle if comm else None)))
         self._comm = comm
+        # ZeRO-3 gathers tensors into buffers it reuses after release (see Tensor.acquire).
+        try:
+            self._gathers = config.get_number("zero_optimization.stage") == 3
+        except ConfigError:
+            self._gathers = True  # a stage not readable as a number: copy, which is safe at any stage
         self.tensors = {}
         self._device = None
 
@@ -511,7 +534,18 @@ class Engine(_Handle):
 
     @client_state.setter
     def client_state(self, blob):
-        _check(capi.dsrt_engine_set_client_state(self.handle, bytes(blob)))
+        # bytes(12345) would be 12,345 zero bytes: only bytes-like objects are client state.
+        if isinstance(blob, (str, int, float)) or blob is None:
+            raise InvalidArgumentError(capi.DSRT_ERR_INVALID_ARGUMENT,
+                                       "client_state takes bytes-like data (bytes, bytearray, memoryview), not %s"
+                                       % type(blob).__name__)
+        try:
+            data = bytes(memoryview(blob))
+        except TypeError:
+            raise InvalidArgumentError(capi.DSRT_ERR_INVALID_ARGUMENT,
+                                       "client_state takes bytes-like data (bytes, bytearray, memoryview), not %s"
+                                       % type(blob).__name__) from None
+        _check(capi.dsrt_engine_set_client_state(self.handle, data))
 
     def save_checkpoint(self, directory, tag=None):
         _check(capi.dsrt_engine_save_checkpoint(self.handle, os.fspath(directory), tag))
@@ -611,6 +645,10 @@ class Checkpoint(_Handle):
 
     def export_safetensors(self, path, dtype=F32):
         if isinstance(dtype, str):
-            dtype = {"f32": F32, "fp32": F32, "float32": F32, "bf16": BF16, "bfloat16": BF16,
-                     "f16": F16, "fp16": F16, "float16": F16}[dtype]
+            names = {"f32": F32, "fp32": F32, "float32": F32, "bf16": BF16, "bfloat16": BF16,
+                     "f16": F16, "fp16": F16, "float16": F16}
+            if dtype not in names:
+                raise InvalidArgumentError(capi.DSRT_ERR_INVALID_ARGUMENT,
+                                           "export_safetensors: dtype %r is not one of %s" % (dtype, ", ".join(names)))
+            dtype = names[dtype]
         _check(capi.dsrt_checkpoint_export_safetensors(self.handle, os.fspath(path), dtype))

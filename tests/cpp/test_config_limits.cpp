@@ -1,0 +1,103 @@
+// Hostile config sizes, in bounded time: 100,000 top-level keys, one 10 MB key, a duplicate key
+// after 100,000 others (duplicate detection and "did you mean" used to be quadratic: about a
+// minute and 50 s), and files without end (/dev/zero) or over the 16 MiB limit.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "config/config.h"
+#include "config/json_text.h"
+#include "dsrt.h"
+
+namespace dsrt {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string many_keys(int count, const std::string &prefix) {
+  std::string text = "{";
+  for (int i = 0; i < count; ++i) text += "\"" + prefix + std::to_string(i) + "\": " + std::to_string(i) + ",\n";
+  text += "\"train_batch_size\": 8}";
+  return text;
+}
+
+// The bound is generous (a loaded 2-core CI machine, and a sanitizer build several times slower);
+// the quadratic versions took 50-60 s in a release build.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr double kBoundSeconds = 30;
+#else
+constexpr double kBoundSeconds = 10;
+#endif
+
+TEST(ConfigLimits, HundredThousandUnknownKeysAreReportedInLinearTime) {
+  const std::string text = many_keys(100000, "unknown_key_");
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<Config> config;
+  Status s = Config::parse(text, "big.json", &config);
+  const double took = seconds_since(start);
+  std::printf("100,000 unknown top-level keys: %.2f s\n", took);
+  EXPECT_EQ(s.code(), DSRT_ERR_CONFIG);
+  EXPECT_NE(s.message().find("unknown_key_99999"), std::string::npos);
+  EXPECT_LT(took, kBoundSeconds);
+}
+
+TEST(ConfigLimits, ADuplicateAfterHundredThousandKeysIsFoundInLinearTime) {
+  std::string text = many_keys(100000, "k");
+  text.insert(text.size() - 1, ", \"k5\": 1");
+  const auto start = std::chrono::steady_clock::now();
+  JsonNode root;
+  Status s = parse_json_text(text, "dup.json", &root);
+  const double took = seconds_since(start);
+  std::printf("duplicate after 100,000 keys: %.2f s\n", took);
+  EXPECT_EQ(s.code(), DSRT_ERR_CONFIG);
+  EXPECT_NE(s.message().find("duplicate key \"k5\" (first given at line 6)"), std::string::npos) << s.message();
+  EXPECT_LT(took, kBoundSeconds);
+}
+
+TEST(ConfigLimits, ATenMegabyteKeyGetsNoSuggestionAndAShortMessage) {
+  const std::string key(10 << 20, 'z');
+  const std::string text = "{\"train_batch_size\": 8, \"" + key + "\": 1}";
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<Config> config;
+  Status s = Config::parse(text, "key.json", &config);
+  const double took = seconds_since(start);
+  std::printf("one 10 MB key: %.2f s, message of %zu bytes\n", took, s.message().size());
+  EXPECT_EQ(s.code(), DSRT_ERR_CONFIG);
+  EXPECT_LT(took, kBoundSeconds);
+
+  // A duplicate of a long key is named by a shortened key (two 6 MB keys: under the size limit).
+  const std::string six(6 << 20, 'y');
+  const std::string twice = "{\"" + six + "\": 1, \"" + six + "\": 2}";
+  JsonNode root;
+  s = parse_json_text(twice, "twice.json", &root);
+  EXPECT_EQ(s.code(), DSRT_ERR_CONFIG);
+  EXPECT_NE(s.message().find("...(6291456 characters)"), std::string::npos) << s.message().substr(0, 300);
+  EXPECT_LT(s.message().size(), 1000u);
+}
+
+TEST(ConfigLimits, AFileWithoutEndIsRefusedAtTheSizeLimit) {
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<Config> config;
+  Status s = Config::load("/dev/zero", &config);
+  EXPECT_EQ(s.code(), DSRT_ERR_CONFIG) << s.message();
+  EXPECT_NE(s.message().find("larger than 16777216 bytes"), std::string::npos) << s.message();
+  EXPECT_LT(seconds_since(start), kBoundSeconds);
+  EXPECT_FALSE(config);
+
+  // Through the C API, and for text: the same limit.
+  dsrt_config *handle = nullptr;
+  EXPECT_EQ(dsrt_config_load("/dev/zero", &handle), DSRT_ERR_CONFIG);
+  EXPECT_EQ(handle, nullptr);
+  const std::string text = "{\"train_batch_size\": 8" + std::string(kMaxConfigTextBytes, ' ') + "}";
+  s = Config::parse(text, "huge.json", &config);
+  EXPECT_EQ(s.code(), DSRT_ERR_CONFIG);
+  EXPECT_NE(s.message().find("at most 16777216 bytes"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace dsrt
