@@ -50,6 +50,8 @@ DSRT_HANDLE_OUT(dsrt_checkpoint)
 /* ---- scalar out-parameters ------------------------------------------------------------------ */
 %typemap(in, numinputs=0) double *out (double tmp = 0) { $1 = &tmp; }
 %typemap(argout) double *out { $result = SWIG_Python_AppendOutput($result, PyFloat_FromDouble(*$1)); }
+%typemap(in, numinputs=0) int32_t *out (int32_t tmp = 0) { $1 = &tmp; }
+%typemap(argout) int32_t *out { $result = SWIG_Python_AppendOutput($result, PyLong_FromLong(*$1)); }
 %typemap(in, numinputs=0) int64_t *out (int64_t tmp = 0) { $1 = &tmp; }
 %typemap(argout) int64_t *out { $result = SWIG_Python_AppendOutput($result, PyLong_FromLongLong(*$1)); }
 %typemap(in, numinputs=0) int32_t *device_type (int32_t tmp = 0), int32_t *device_index (int32_t tmp = 0),

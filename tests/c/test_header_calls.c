@@ -162,6 +162,16 @@ static void null_and_invalid_arguments(void) {
   EXPECT_STATUS(dsrt_engine_load_checkpoint(NULL, "/tmp", NULL), DSRT_ERR_INVALID_ARGUMENT);
   EXPECT_STATUS(dsrt_engine_save_16bit_model(NULL, "/tmp/x.safetensors"), DSRT_ERR_INVALID_ARGUMENT);
   dsrt_engine_destroy(NULL);
+  /* Parameter groups, host-driven hyperparameters and boundaries. */
+  EXPECT_STATUS(dsrt_engine_add_group(NULL, &i32), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT(dsrt_engine_num_groups(NULL) == -1);
+  EXPECT_STATUS(dsrt_tensor_set_group(NULL, 0), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT(dsrt_tensor_group(NULL) == -1);
+  EXPECT_STATUS(dsrt_engine_set_group_hyper(NULL, 0, "lr", 0.1), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(dsrt_engine_get_group_hyper(NULL, 0, "lr", &number), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(dsrt_engine_group_lr(NULL, 0, &number), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(dsrt_engine_set_accumulation_boundary(NULL, 1), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(dsrt_engine_set_scale_wrt_gas(NULL, 0), DSRT_ERR_INVALID_ARGUMENT);
 
   /* Offline checkpoints. */
   EXPECT_STATUS(dsrt_checkpoint_open(NULL, NULL, &ckpt), DSRT_ERR_INVALID_ARGUMENT);
@@ -228,6 +238,28 @@ static void whole_life_of_an_engine(void) {
   EXPECT(bad == NULL);
   OK(dsrt_engine_add_param(engine, "w", shape, 2, init, &w));
   EXPECT(dsrt_engine_add_param(engine, "w", shape, 2, init, &bad) != DSRT_OK); /* duplicate name */
+  {
+    int32_t group = -1;
+    double value = 0.0;
+    OK(dsrt_engine_add_group(engine, &group));
+    EXPECT(group == 1 && dsrt_engine_num_groups(engine) == 2);
+    EXPECT_STATUS(dsrt_tensor_set_group(w, 2), DSRT_ERR_INVALID_ARGUMENT);
+    OK(dsrt_tensor_set_group(w, 1));
+    EXPECT(dsrt_tensor_group(w) == 1);
+    OK(dsrt_engine_get_group_hyper(engine, 1, "lr", &value));
+    EXPECT(value == 0.02); /* a new group starts as the config's optimizer section */
+    OK(dsrt_engine_set_group_hyper(engine, 1, "lr", 0.02));
+    EXPECT_STATUS(dsrt_engine_set_group_hyper(engine, 1, "lr", -1.0), DSRT_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(dsrt_engine_set_group_hyper(engine, 1, "momentum", 0.9), DSRT_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(dsrt_engine_set_group_hyper(engine, 7, "lr", 0.1), DSRT_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(dsrt_engine_set_group_hyper(engine, 1, NULL, 0.1), DSRT_ERR_INVALID_ARGUMENT);
+    OK(dsrt_engine_group_lr(engine, 1, &value));
+    EXPECT(value == 0.02);
+    EXPECT_STATUS(dsrt_engine_set_accumulation_boundary(engine, 2), DSRT_ERR_INVALID_ARGUMENT);
+    OK(dsrt_engine_set_accumulation_boundary(engine, -1));
+    EXPECT_STATUS(dsrt_engine_set_scale_wrt_gas(engine, 5), DSRT_ERR_INVALID_ARGUMENT);
+    OK(dsrt_engine_set_scale_wrt_gas(engine, 1));
+  }
   {
     dsrt_status s = dsrt_engine_set_stream(engine, NULL);
     EXPECT(s == DSRT_OK || s == DSRT_ERR_UNSUPPORTED);

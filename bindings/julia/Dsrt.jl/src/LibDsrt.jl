@@ -214,4 +214,24 @@ dsrt_checkpoint_close(ckpt) = ccall((:dsrt_checkpoint_close, libdsrt), Cvoid, (P
 
 dsrt_engine_destroy(engine) = ccall((:dsrt_engine_destroy, libdsrt), Cvoid, (Ptr{dsrt_engine},), engine)
 
+# ---- parameter groups, host-driven hyperparameters and boundaries -----------------------------------
+dsrt_engine_add_group(engine, out) =
+    ccall((:dsrt_engine_add_group, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Ptr{Int32}), engine, out)
+dsrt_engine_num_groups(engine) = ccall((:dsrt_engine_num_groups, libdsrt), Int32, (Ptr{dsrt_engine},), engine)
+dsrt_tensor_set_group(tensor, group) =
+    ccall((:dsrt_tensor_set_group, libdsrt), dsrt_status, (Ptr{dsrt_tensor}, Int32), tensor, group)
+dsrt_tensor_group(tensor) = ccall((:dsrt_tensor_group, libdsrt), Int32, (Ptr{dsrt_tensor},), tensor)
+dsrt_engine_set_group_hyper(engine, group, name, value) =
+    ccall((:dsrt_engine_set_group_hyper, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Int32, Cstring, Float64),
+          engine, group, name, value)
+dsrt_engine_get_group_hyper(engine, group, name, out) =
+    ccall((:dsrt_engine_get_group_hyper, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Int32, Cstring, Ptr{Float64}),
+          engine, group, name, out)
+dsrt_engine_group_lr(engine, group, out) =
+    ccall((:dsrt_engine_group_lr, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Int32, Ptr{Float64}), engine, group, out)
+dsrt_engine_set_accumulation_boundary(engine, is_boundary) =
+    ccall((:dsrt_engine_set_accumulation_boundary, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Int32), engine, is_boundary)
+dsrt_engine_set_scale_wrt_gas(engine, enabled) =
+    ccall((:dsrt_engine_set_scale_wrt_gas, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Int32), engine, enabled)
+
 end # module LibDsrt

@@ -190,4 +190,16 @@ extern "C" {
     pub fn dsrt_checkpoint_close(ckpt: *mut dsrt_checkpoint);
 
     pub fn dsrt_engine_destroy(engine: *mut dsrt_engine);
+
+    pub fn dsrt_engine_add_group(engine: *mut dsrt_engine, out: *mut i32) -> dsrt_status;
+    pub fn dsrt_engine_num_groups(engine: *const dsrt_engine) -> i32;
+    pub fn dsrt_tensor_set_group(tensor: *mut dsrt_tensor, group: i32) -> dsrt_status;
+    pub fn dsrt_tensor_group(tensor: *const dsrt_tensor) -> i32;
+    pub fn dsrt_engine_set_group_hyper(engine: *mut dsrt_engine, group: i32, name: *const c_char,
+                                       value: f64) -> dsrt_status;
+    pub fn dsrt_engine_get_group_hyper(engine: *const dsrt_engine, group: i32, name: *const c_char,
+                                       out: *mut f64) -> dsrt_status;
+    pub fn dsrt_engine_group_lr(engine: *const dsrt_engine, group: i32, out: *mut f64) -> dsrt_status;
+    pub fn dsrt_engine_set_accumulation_boundary(engine: *mut dsrt_engine, is_boundary: i32) -> dsrt_status;
+    pub fn dsrt_engine_set_scale_wrt_gas(engine: *mut dsrt_engine, enabled: i32) -> dsrt_status;
 }
