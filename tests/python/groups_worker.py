@@ -59,6 +59,7 @@ SELF_CASES = {
              [{}, {"lr": 3e-4, "weight_decay": 0.0}, {"lr": 2e-3, "beta1": 0.8, "beta2": 0.9}]),
 }
 STAGES = (0, 1, 2, 3)
+OFFLOAD_CASES = {"adamw_cpu_offload": ("adamw", "cpu"), "sgd_nvme_offload": ("sgd", "nvme")}
 
 
 def dsrt_values(torch_group):
@@ -81,10 +82,22 @@ def make_data(seed):
     return init, grads
 
 
+OFFLOAD = None  # None, "cpu" or "nvme" (cases adamw_cpu_offload, sgd_nvme_offload)
+
+
 def zero_config(stage, optimizer):
-    return {"train_micro_batch_size_per_gpu": 1, "optimizer": optimizer,
-            "zero_optimization": {"stage": stage, "reduce_bucket_size": 300, "allgather_bucket_size": 300,
-                                  "stage3_param_persistence_threshold": 40}}
+    config = {"train_micro_batch_size_per_gpu": 1, "optimizer": optimizer,
+              "zero_optimization": {"stage": stage, "reduce_bucket_size": 300, "allgather_bucket_size": 300,
+                                    "stage3_param_persistence_threshold": 40}}
+    if OFFLOAD == "cpu":
+        config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
+    elif OFFLOAD == "nvme":
+        import tempfile
+        folder = os.path.join(tempfile.gettempdir(), "dsrt-groups-%d" % os.getpid())
+        os.makedirs(folder, exist_ok=True)
+        config["zero_optimization"]["offload_optimizer"] = {"device": "nvme", "nvme_path": folder}
+        config["zero_optimization"]["sub_group_size"] = 500  # sub-groups cut through tensors and groups
+    return config
 
 
 def run_dsrt(comm, config, init, grads, groups, names, schedule=True):
@@ -197,12 +210,14 @@ def relative(a, b):
 
 def main():
     seed = int(sys.argv[1])
-    wanted = sys.argv[2:] or list(CASES) + list(SELF_CASES) + ["boundaries"]
+    wanted = sys.argv[2:] or list(CASES) + list(SELF_CASES) + list(OFFLOAD_CASES) + ["boundaries"]
     comm = dsrt.Comm.from_env()
     init, grads = make_data(seed)
     failures = 0
     names = list(SHAPES)
+    global OFFLOAD
     for case in wanted:
+        OFFLOAD = None
         if case == "boundaries":
             for stage in STAGES:
                 for mode in ("scaled", "default", "one_step"):
@@ -220,7 +235,11 @@ def main():
                             print("rank %d boundaries %s stage %d window %d: grad norm %r, torch %r (seed %d)"
                                   % (comm.rank, mode, stage, k, a, b, seed), file=sys.stderr)
             continue
+        if case in OFFLOAD_CASES:
+            case, OFFLOAD = OFFLOAD_CASES[case]
         for stage in STAGES:
+            if OFFLOAD and stage == 0:
+                continue  # optimizer offload needs ZeRO 1-3
             if case in CASES:
                 optimizer, kind, groups = CASES[case]
                 ours = run_dsrt(comm, zero_config(stage, optimizer), init, grads,
@@ -256,6 +275,10 @@ def main():
                     print("rank %d case %s stage %d tensor %s (group %d): relative error %g (seed %d)"
                           % (comm.rank, case, stage, n, GROUP_OF[n], err, seed), file=sys.stderr)
     comm.close()
+    if OFFLOAD_CASES:
+        import shutil
+        import tempfile
+        shutil.rmtree(os.path.join(tempfile.gettempdir(), "dsrt-groups-%d" % os.getpid()), ignore_errors=True)
     sys.exit(1 if failures else 0)
 
 

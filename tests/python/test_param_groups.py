@@ -35,7 +35,8 @@ def run_worker(ranks, *cases):
     assert out.returncode == 0, "seed %d, %d rank(s):\n%s\n%s" % (SEED, ranks, out.stdout[-4000:], out.stderr[-4000:])
 
 
-@pytest.mark.parametrize("case", ["adamw", "adam_l2", "sgd", "adagrad", "lamb", "lion", "boundaries"])
+@pytest.mark.parametrize("case", ["adamw", "adam_l2", "sgd", "adagrad", "lamb", "lion", "adamw_cpu_offload",
+                                  "sgd_nvme_offload", "boundaries"])
 def test_one_rank_against_torch(case):
     pytest.importorskip("torch")
     run_worker(1, case)
@@ -44,7 +45,7 @@ def test_one_rank_against_torch(case):
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_ranks_against_torch(ranks):
     pytest.importorskip("torch")
-    run_worker(ranks, "adamw", "sgd", "lamb", "boundaries")
+    run_worker(ranks, "adamw", "sgd", "lamb", "adamw_cpu_offload", "sgd_nvme_offload", "boundaries")
 
 
 def small_engine(config=CONFIG):
