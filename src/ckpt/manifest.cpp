@@ -160,7 +160,14 @@ std::string Manifest::to_json() const {
     cJSON *shape = cJSON_AddArrayToObject(o, "shape");
     for (int64_t d : t.shape) cJSON_AddItemToArray(shape, cJSON_CreateNumber(static_cast<double>(d)));
     add_int(o, "numel", t.numel);
+    add_int(o, "group", t.group);
     cJSON_AddItemToArray(ts, o);
+  }
+  cJSON *gs = cJSON_AddArrayToObject(r, "param_groups");
+  for (const ManifestGroup &g : groups) {
+    cJSON *o = cJSON_CreateObject();
+    for (const auto &v : g.values) cJSON_AddNumberToObject(o, v.first.c_str(), v.second);
+    cJSON_AddItemToArray(gs, o);
   }
   cJSON *ss = cJSON_AddArrayToObject(r, "shards");
   for (const ManifestShard &s : shards) {
@@ -244,7 +251,23 @@ Status Manifest::parse(const std::string &text, const std::string &path, Manifes
       if (const cJSON *shape = rd.array(o, "shape"))
         for (const cJSON *d = shape->child; d; d = d->next) t.shape.push_back(static_cast<int64_t>(d->valuedouble));
       t.numel = rd.integer(o, "numel");
+      if (cJSON_GetObjectItemCaseSensitive(o, "group") != nullptr) t.group = static_cast<int32_t>(rd.integer(o, "group"));
       m.tensors.push_back(std::move(t));
+    }
+  }
+  if (cJSON_GetObjectItemCaseSensitive(r, "param_groups") != nullptr) {
+    if (const cJSON *gs = rd.array(r, "param_groups")) {
+      for (const cJSON *o = gs->child; o && rd.status.ok(); o = o->next) {
+        ManifestGroup g;
+        for (const cJSON *v = o->child; v; v = v->next) {
+          if (!cJSON_IsNumber(v) || v->string == nullptr) {
+            rd.status = Error(DSRT_ERR_CHECKPOINT, "'%s': a value of \"param_groups\" is not a number", path.c_str());
+            break;
+          }
+          g.values.emplace_back(v->string, v->valuedouble);
+        }
+        m.groups.push_back(std::move(g));
+      }
     }
   }
   if (const cJSON *ss = rd.array(r, "shards")) {

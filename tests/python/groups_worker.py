@@ -100,9 +100,12 @@ def zero_config(stage, optimizer):
     return config
 
 
-def run_dsrt(comm, config, init, grads, groups, names, schedule=True):
+def run_dsrt(comm, config, init, grads, groups, names, schedule=True, steps=range(STEPS), load_from=None,
+             save_to=None):
     """groups: per added group (index >= 1) its dsrt values; group 0 is the config's. With
-    schedule, each group's lr follows lam() from the host between steps."""
+    schedule, each group's lr follows lam() from the host between steps. load_from: a checkpoint
+    folder loaded after build (the groups' values are set to others first, so that the load must
+    restore them); save_to: saved after the last step."""
     engine = dsrt.Engine(config, comm)
     tensors = {n: engine.add_param(n, init=init[n]) for n in names}
     base = []
@@ -116,7 +119,14 @@ def run_dsrt(comm, config, init, grads, groups, names, schedule=True):
     for n in names:
         tensors[n].group = GROUP_OF[n]
     engine.build()
-    for step in range(STEPS):
+    if load_from is not None:
+        for g in range(len(groups)):
+            engine.set_group_hyper(g, "weight_decay", 0.77)
+        engine.load_checkpoint(load_from)
+        for g, values in enumerate(groups):
+            assert engine.get_group_hyper(g, "weight_decay") == values.get("weight_decay", config["optimizer"][
+                "params"].get("weight_decay", 0.0)), (g, engine.get_group_hyper(g, "weight_decay"))
+    for step in steps:
         for g in range(len(groups)):
             engine.set_group_hyper(g, "lr", base[g] * (lam(step) if schedule else 1.0))
         world = comm.world_size
@@ -131,6 +141,8 @@ def run_dsrt(comm, config, init, grads, groups, names, schedule=True):
             expected = base[g] * (lam(step) if schedule else 1.0)
             got = engine.group_lr(g)
             assert abs(got - expected) <= 1e-12 * max(1.0, expected), (g, got, expected)
+    if save_to is not None:
+        engine.save_checkpoint(save_to)
     out = {n: tensors[n].read_fp32() for n in names}
     engine.close()
     return out
@@ -218,6 +230,13 @@ def main():
     global OFFLOAD
     for case in wanted:
         OFFLOAD = None
+        if case == "ckpt_save":
+            # The first half of the adamw case at stage 2, saved for test_param_groups to resume
+            # at another world size and stage.
+            optimizer, kind, groups = CASES["adamw"]
+            run_dsrt(comm, zero_config(2, optimizer), init, grads, [dsrt_values(g) for g in groups], names,
+                     steps=range(STEPS // 2), save_to=os.environ["DSRT_GROUPS_CKPT"])
+            continue
         if case == "boundaries":
             for stage in STAGES:
                 for mode in ("scaled", "default", "one_step"):
