@@ -419,6 +419,28 @@ DSRT_API dsrt_status dsrt_engine_set_accumulation_boundary(dsrt_engine *engine, 
 DSRT_API dsrt_status dsrt_engine_set_scale_wrt_gas(dsrt_engine *engine, int32_t enabled);
 
 /* ------------------------------------------------------------------------------------------------
+** ENGINE OPTIONS -- choices the host makes per engine, beside the config
+*/
+#define DSRT_DEVICE_DEFAULT (-1) /* dsrt_engine_options.device_type: DSRT_DEVICE, else automatic */
+
+typedef struct {
+    uint64_t struct_size;  /* caller sets sizeof(dsrt_engine_options) */
+    int32_t device_type;   /* DSRT_DEVICE_DEFAULT (the DSRT_DEVICE environment variable, else a GPU when one
+                           ** is visible and the build has CUDA, else the CPU), DSRT_DEVICE_CPU or
+                           ** DSRT_DEVICE_CUDA */
+    int32_t device_index;  /* DSRT_DEVICE_CUDA: the CUDA ordinal, or -1 for local rank % visible GPUs */
+} dsrt_engine_options;
+
+/* dsrt_engine_create with options (NULL: as dsrt_engine_create). The device named here wins over
+** DSRT_DEVICE, so a host can keep one engine's states on the CPU on a GPU machine, or pick its GPU.
+** The library reads no more than options->struct_size bytes; fields it does not see take their
+** defaults. Errors: as dsrt_engine_create, and DSRT_ERR_INVALID_ARGUMENT (struct_size too small, an
+** unknown device_type, device_index below -1), DSRT_ERR_UNSUPPORTED (CUDA in a build without it),
+** DSRT_ERR_DEVICE (no GPU visible, or device_index out of range). *out is NULL on failure. */
+DSRT_API dsrt_status dsrt_engine_create_with_options(const dsrt_config *config, dsrt_comm *comm,
+                                                     const dsrt_engine_options *options, dsrt_engine **out);
+
+/* ------------------------------------------------------------------------------------------------
 ** CHECKPOINTS
 ** A checkpoint is a directory per tag under dir: a manifest and one shard per rank, plus a file
 ** dir/latest naming the newest complete tag. Saving is collective and atomic: a process killed

@@ -127,6 +127,22 @@ DSRT_ADDRESS_IN(void *cuda_stream)
   $result = SWIG_Python_AppendOutput($result, d);
 }
 
+/* engine options: None, or a (device_type, device_index) tuple */
+%typemap(in) const dsrt_engine_options *options (dsrt_engine_options tmp) {
+  if ($input == Py_None) {
+    $1 = NULL;
+  } else {
+    int device_type = 0, device_index = 0;
+    if (!PyArg_ParseTuple($input, "ii", &device_type, &device_index)) SWIG_fail;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.struct_size = sizeof tmp;
+    tmp.device_type = device_type;
+    tmp.device_index = device_index;
+    $1 = &tmp;
+  }
+}
+%typemap(typecheck) const dsrt_engine_options *options { $1 = ($input == Py_None || PyTuple_Check($input)) ? 1 : 0; }
+
 /* client state: (const void **data, uint64_t *size) -> bytes */
 %typemap(in, numinputs=0) (const void **data, uint64_t *size) (const void *tmp_data = NULL, uint64_t tmp_size = 0) {
   $1 = &tmp_data;

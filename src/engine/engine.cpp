@@ -34,7 +34,8 @@ Engine::~Engine() {
   if (order_event_ != nullptr && device_) (void)device_->destroy_event(order_event_);
 }
 
-Status Engine::create(const TrainConfig &config, std::shared_ptr<Comm> comm, std::unique_ptr<Engine> *out) {
+Status Engine::create(const TrainConfig &config, std::shared_ptr<Comm> comm, std::unique_ptr<Engine> *out,
+                      const char *device_spec, const char *device_origin) {
   if (!comm) return Error(DSRT_ERR_INVALID_ARGUMENT, "engine create: no communicator");
   if (config.fp16.enabled && config.bf16_enabled)
     return Error(DSRT_ERR_CONFIG, "fp16.enabled and bf16.enabled are both true; enable at most one");
@@ -109,7 +110,8 @@ Status Engine::create(const TrainConfig &config, std::shared_ptr<Comm> comm, std
   engine->config_ = config;
   engine->config_.world_size = comm->size();
   DeviceChoice choice;
-  DSRT_RETURN_IF_ERROR(device_select(device_local_rank(comm->rank()), &engine->device_, &choice)
+  DSRT_RETURN_IF_ERROR(device_select_spec(device_spec, device_origin, device_local_rank(comm->rank()), &engine->device_,
+                                          &choice)
                            .with_context("engine create: choosing the device"));
   if (engine->device_->type() != DSRT_DEVICE_CPU) {
     // A host communicator cannot read device buffers: stage its collectives through pinned host memory.

@@ -76,7 +76,10 @@ struct EngineCounters {
 class Engine {
  public:
   // CONFIG / UNSUPPORTED for settings the engine cannot run.
-  static Status create(const TrainConfig &config, std::shared_ptr<Comm> comm, std::unique_ptr<Engine> *out);
+  // device_spec: the host's device ("cpu", "cuda", "cuda:N"), named device_origin in messages;
+  // nullptr: DSRT_DEVICE, else automatic (device_select.h).
+  static Status create(const TrainConfig &config, std::shared_ptr<Comm> comm, std::unique_ptr<Engine> *out,
+                       const char *device_spec = nullptr, const char *device_origin = nullptr);
   ~Engine();
 
   // --- life cycle (the C API's calls) ---

@@ -172,6 +172,15 @@ static void null_and_invalid_arguments(void) {
   EXPECT_STATUS(dsrt_engine_group_lr(NULL, 0, &number), DSRT_ERR_INVALID_ARGUMENT);
   EXPECT_STATUS(dsrt_engine_set_accumulation_boundary(NULL, 1), DSRT_ERR_INVALID_ARGUMENT);
   EXPECT_STATUS(dsrt_engine_set_scale_wrt_gas(NULL, 0), DSRT_ERR_INVALID_ARGUMENT);
+  {
+    dsrt_engine *e = (dsrt_engine *)&failures;
+    dsrt_engine_options opts;
+    memset(&opts, 0, sizeof opts);
+    opts.struct_size = sizeof opts;
+    opts.device_type = DSRT_DEVICE_CPU;
+    EXPECT_STATUS(dsrt_engine_create_with_options(NULL, NULL, &opts, &e), DSRT_ERR_INVALID_ARGUMENT);
+    EXPECT(e == NULL);
+  }
 
   /* Offline checkpoints. */
   EXPECT_STATUS(dsrt_checkpoint_open(NULL, NULL, &ckpt), DSRT_ERR_INVALID_ARGUMENT);
@@ -226,6 +235,30 @@ static void whole_life_of_an_engine(void) {
   OK(dsrt_comm_create_local(&comm));
   EXPECT(dsrt_comm_rank(comm) == 0 && dsrt_comm_world_size(comm) == 1);
   OK(dsrt_comm_barrier(comm));
+  {
+    /* The device as an engine option: the CPU, whatever DSRT_DEVICE says; bad options are refused. */
+    dsrt_engine *e = NULL;
+    dsrt_engine_options opts;
+    int32_t type = -1, index = -1;
+    memset(&opts, 0, sizeof opts);
+    opts.struct_size = sizeof opts;
+    opts.device_type = DSRT_DEVICE_CPU;
+    OK(dsrt_engine_create_with_options(cfg, comm, &opts, &e));
+    OK(dsrt_engine_device(e, &type, &index));
+    EXPECT(type == DSRT_DEVICE_CPU);
+    dsrt_engine_destroy(e);
+    e = NULL;
+    opts.device_type = 7;
+    EXPECT_STATUS(dsrt_engine_create_with_options(cfg, comm, &opts, &e), DSRT_ERR_INVALID_ARGUMENT);
+    EXPECT(e == NULL);
+    opts.device_type = DSRT_DEVICE_CUDA;
+    opts.device_index = 999;
+    EXPECT(dsrt_engine_create_with_options(cfg, comm, &opts, &e) != DSRT_OK); /* no such GPU, or no CUDA */
+    opts.struct_size = 4;
+    EXPECT_STATUS(dsrt_engine_create_with_options(cfg, comm, &opts, &e), DSRT_ERR_INVALID_ARGUMENT);
+    OK(dsrt_engine_create_with_options(cfg, comm, NULL, &e));
+    dsrt_engine_destroy(e);
+  }
   OK(dsrt_engine_create(cfg, comm, &engine));
   dsrt_comm_destroy(comm);  /* the engine keeps its own reference */
   dsrt_config_destroy(cfg); /* the engine copied it */

@@ -150,3 +150,19 @@ def test_config_scheduler_drives_lr_of_every_group():
     assert all(abs(a - e) < 1e-12 for (a, _), e in zip(lrs, expected)), (lrs, expected)
     assert engine.get_group_hyper(1, "weight_decay") == 0.5
     engine.close()
+
+
+def test_device_option_wins_over_the_environment(monkeypatch):
+    """The engine option names the device: "cpu" keeps the states on the CPU whatever DSRT_DEVICE
+    says; a GPU in a build or machine without one is an error naming the option."""
+    monkeypatch.setenv("DSRT_DEVICE", "cuda:7")
+    with dsrt.Engine(CONFIG, device="cpu") as engine:
+        engine.add_param("w", init=[1.0, 2.0])
+        engine.build()
+        assert engine.device == (dsrt.capi.DSRT_DEVICE_CPU, 0)
+    monkeypatch.delenv("DSRT_DEVICE")
+    if not dsrt.has_feature("cuda"):
+        with pytest.raises((dsrt.UnsupportedError, dsrt.DeviceError), match="the engine option device is 'cuda:0'"):
+            dsrt.Engine(CONFIG, device="cuda:0")
+    with pytest.raises(dsrt.InvalidArgumentError, match="device is 'gpu'"):
+        dsrt.Engine(CONFIG, device="gpu")

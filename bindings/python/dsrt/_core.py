@@ -456,10 +456,25 @@ class Engine(_Handle):
     _live_views = 0
     _deferred = None  # the C handle, while close() waits for live views to go
 
-    def __init__(self, config, comm=None):
+    def __init__(self, config, comm=None, device=None):
+        """device: where this engine's working copies and gradients live -- "cpu", "cuda" (GPU
+        local_rank % visible GPUs) or "cuda:N"; None: DSRT_DEVICE, else a visible GPU, else the CPU."""
         if not isinstance(config, Config):
             config = Config(config)
-        super().__init__(_check(capi.dsrt_engine_create(config.handle, comm.handle if comm else None)))
+        options = None
+        if device is not None:
+            text = str(device)
+            if text == "cpu":
+                options = (capi.DSRT_DEVICE_CPU, 0)
+            elif text == "cuda":
+                options = (capi.DSRT_DEVICE_CUDA, -1)
+            elif text.startswith("cuda:") and text[5:].isdigit():
+                options = (capi.DSRT_DEVICE_CUDA, int(text[5:]))
+            else:
+                raise InvalidArgumentError(capi.DSRT_ERR_INVALID_ARGUMENT,
+                                           "device is %r; use \"cpu\", \"cuda\" or \"cuda:N\"" % (device,))
+        super().__init__(_check(capi.dsrt_engine_create_with_options(config.handle, comm.handle if comm else None,
+                                                                     options)))
         self._comm = comm
         self.tensors = {}
         self._device = None

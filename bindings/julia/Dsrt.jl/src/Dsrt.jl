@@ -235,11 +235,22 @@ struct MemoryStats
     buffers::NTuple{3,UInt64}
 end
 
-"""    Engine(config; comm = nothing)  — the config is copied; the engine keeps the comm alive."""
-function Engine(config::Config; comm::Union{Comm,Nothing} = nothing)
+"""    Engine(config; comm = nothing, device = nothing)  — the config is copied; the engine keeps
+the comm alive. `device` names where the states live, whatever DSRT_DEVICE says: `:cpu`, `:cuda`
+(GPU local rank % visible GPUs) or `(:cuda, ordinal)`; `nothing`: DSRT_DEVICE, else automatic."""
+function Engine(config::Config; comm::Union{Comm,Nothing} = nothing, device = nothing)
     out = Ref{Ptr{L.dsrt_engine}}(C_NULL)
     cptr = comm === nothing ? Ptr{L.dsrt_comm}(C_NULL) : Base.unsafe_convert(Ptr{L.dsrt_comm}, comm)
-    GC.@preserve comm check(L.dsrt_engine_create(config, cptr, out), :dsrt_engine_create)
+    if device === nothing
+        GC.@preserve comm check(L.dsrt_engine_create(config, cptr, out), :dsrt_engine_create)
+    else
+        kind, index = device === :cpu ? (L.DSRT_DEVICE_CPU, 0) : device === :cuda ? (L.DSRT_DEVICE_CUDA, -1) :
+                      (device isa Tuple && device[1] === :cuda) ? (L.DSRT_DEVICE_CUDA, Int(device[2])) :
+                      binding_error(L.DSRT_ERR_INVALID_ARGUMENT, :Engine, "device must be :cpu, :cuda or (:cuda, n)")
+        opts = Ref(L.dsrt_engine_options(UInt64(sizeof(L.dsrt_engine_options)), Int32(kind), Int32(index)))
+        GC.@preserve comm check(L.dsrt_engine_create_with_options(config, cptr, opts, out),
+                                :dsrt_engine_create_with_options)
+    end
     return Engine(out[])
 end
 

@@ -65,6 +65,7 @@ const DSRT_F16 = 1
 const DSRT_BF16 = 2
 const DSRT_DEVICE_CPU = 0
 const DSRT_DEVICE_CUDA = 1
+const DSRT_DEVICE_DEFAULT = -1
 const DSRT_LOC_DEVICE = 0
 const DSRT_LOC_HOST = 1
 const DSRT_LOC_NVME = 2
@@ -79,6 +80,12 @@ struct dsrt_step_result
     grad_norm::Float64
     lr::Float64
     loss_scale::Float64
+end
+
+struct dsrt_engine_options
+    struct_size::UInt64
+    device_type::Int32
+    device_index::Int32
 end
 
 struct dsrt_memory_stats
@@ -142,6 +149,9 @@ dsrt_comm_destroy(comm) = ccall((:dsrt_comm_destroy, libdsrt), Cvoid, (Ptr{dsrt_
 dsrt_engine_create(config, comm, out) =
     ccall((:dsrt_engine_create, libdsrt), dsrt_status, (Ptr{dsrt_config}, Ptr{dsrt_comm}, Ptr{Ptr{dsrt_engine}}),
           config, comm, out)
+dsrt_engine_create_with_options(config, comm, options, out) =
+    ccall((:dsrt_engine_create_with_options, libdsrt), dsrt_status,
+          (Ptr{dsrt_config}, Ptr{dsrt_comm}, Ptr{dsrt_engine_options}, Ptr{Ptr{dsrt_engine}}), config, comm, options, out)
 dsrt_engine_add_param(engine, name, shape, ndim, init, out) =
     ccall((:dsrt_engine_add_param, libdsrt), dsrt_status,
           (Ptr{dsrt_engine}, Cstring, Ptr{Int64}, Int32, Ptr{Float32}, Ptr{Ptr{dsrt_tensor}}),

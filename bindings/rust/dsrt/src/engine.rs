@@ -101,6 +101,26 @@ impl Engine {
         Ok(Engine { raw: NonNull::new(out).expect("dsrt_engine_create returned OK and NULL"), views: Default::default() })
     }
 
+    /// An engine on the device the host names, whatever DSRT_DEVICE says: `Device { kind:
+    /// DeviceType::Cpu, .. }`, or `DeviceType::Cuda` with a CUDA ordinal (-1: local rank % GPUs).
+    pub fn new_on(config: &Config, comm: Option<&Comm>, device: Device) -> Result<Engine> {
+        const F: &str = "dsrt_engine_create_with_options";
+        let mut options = sys::dsrt_engine_options::default();
+        match device.kind {
+            DeviceType::Cpu => options.device_type = sys::DSRT_DEVICE_CPU as i32,
+            DeviceType::Cuda => {
+                options.device_type = sys::DSRT_DEVICE_CUDA as i32;
+                options.device_index = device.index;
+            }
+            DeviceType::Other(kind) => options.device_type = kind,
+        }
+        let mut out = ptr::null_mut();
+        let comm_ptr = comm.map_or(ptr::null_mut(), Comm::as_ptr);
+        check(unsafe { sys::dsrt_engine_create_with_options(config.as_ptr(), comm_ptr, &options, &mut out) }, F)?;
+        Ok(Engine { raw: NonNull::new(out).expect("dsrt_engine_create_with_options returned OK and NULL"),
+                    views: Default::default() })
+    }
+
     /// Registers a parameter: `init` is the full fp32 value (row-major, identical on every rank),
     /// or None for zeros.
     pub fn add_param(&self, name: &str, shape: &[i64], init: Option<&[f32]>) -> Result<Tensor<'_>> {

@@ -1,6 +1,6 @@
 //! Parameter groups, host-driven learning rates and host-driven accumulation boundaries through
 //! the safe API, against a float64 SGD computed here: w -= lr_g(step) * (mean gradient).
-use dsrt::{Config, Engine};
+use dsrt::{Config, Device, DeviceType, Engine};
 
 fn config(stage: i32, gas: i32) -> Config {
     Config::parse(&format!(
@@ -88,4 +88,14 @@ fn bad_group_input_is_an_error_naming_it() {
     let e = engine.set_group_hyper(0, "beta1", 0.9).unwrap_err();
     assert!(e.message().contains("SGD does not use 'beta1'"), "{e}");
     assert!(engine.set_gradient_accumulation_boundary(None).is_ok());
+}
+
+#[test]
+fn device_option_picks_the_cpu_and_refuses_unknown_kinds() {
+    let engine = Engine::new_on(&config(0, 1), None, Device { kind: DeviceType::Cpu, index: 0 }).unwrap();
+    engine.add_param("w", &[2], None).unwrap();
+    engine.build().unwrap();
+    assert_eq!(engine.device().unwrap().kind, DeviceType::Cpu);
+    let e = Engine::new_on(&config(0, 1), None, Device { kind: DeviceType::Other(9), index: 0 }).err().unwrap();
+    assert!(e.message().contains("device_type is 9"), "{e}");
 }
