@@ -2,6 +2,7 @@
 AdamW/Adam/SGD with decay/no-decay groups of different lr and LambdaLR, passed as a client optimizer
 and scheduler, stepped by the host, or as model_parameters dicts with a scheduler callable; at ZeRO
 stages 0-3 on 1-3 ranks (fp32: < 1e-5 relative over 20 steps; bf16 within bf16 rounding)."""
+import copy
 import os
 import pathlib
 import shutil
@@ -73,4 +74,38 @@ def test_host_lr_under_a_config_scheduler_is_refused():
     optimizer.param_groups[1]["lr"] = 0.5
     with pytest.raises(dsrt.StateError, match="scheduler WarmupLR sets lr of every group"):
         engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+    engine.close()
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+@pytest.mark.parametrize("one_step", [False, True])
+def test_host_boundaries_match_torch_accumulating_by_hand(stage, one_step):
+    """The Trainer/Accelerate pattern: the loss divided by the window's length by the host,
+    backward(scale_wrt_gas=False), set_gradient_accumulation_boundary before each backward, a short
+    last window; engine.step() after every micro-step, or once per window (one_step)."""
+    torch.manual_seed(SEED % 1000)
+    model = worker.Net()
+    reference = copy.deepcopy(model)
+    cfg = worker.config(stage, "AdamW", "fp32", True)
+    cfg["gradient_accumulation_steps"] = 4
+    cfg["gradient_clipping"] = 0.5
+    engine, *_ = dsrt.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+    ref_opt = torch.optim.AdamW(reference.parameters(), weight_decay=0.0, **worker.KINDS["AdamW"])
+    generator = torch.Generator().manual_seed(SEED % 997)
+    for window in (4, 2, 4, 1):
+        for i in range(window):
+            x, y = torch.randn(4, 12, generator=generator), torch.randn(4, 5, generator=generator)
+            engine.set_gradient_accumulation_boundary(i == window - 1)
+            assert engine.is_gradient_accumulation_boundary() == (i == window - 1)
+            engine.backward(torch.nn.functional.mse_loss(engine(x), y) / window, scale_wrt_gas=False)
+            if not one_step or i == window - 1:
+                assert engine.step().boundary == (i == window - 1)
+            (torch.nn.functional.mse_loss(reference(x), y) / window).backward()
+        norm = torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.5)
+        assert abs(engine.get_global_grad_norm() - float(norm)) <= 1e-5 * float(norm)
+        ref_opt.step()
+        ref_opt.zero_grad()
+    for name, param in reference.named_parameters():
+        err = float((engine.get_fp32_param(name) - param.detach()).norm() / param.detach().norm())
+        assert err < 1e-5, "%s: %g (seed %d)" % (name, err, SEED)
     engine.close()

@@ -122,6 +122,8 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, torch.nn.Module):
             self._groups.write_schedule()
         self._client_scheduler = None
         self._source_optimizer = optimizer
+        self._host_boundary = None
+        self._scale_wrt_gas = True
         self.dtype = torch.bfloat16 if _enabled(config, "bf16") else torch.float16 if _enabled(
             config, "fp16") else torch.float32
         self._by_param = {id(p): t for t, p in self._params}
@@ -190,13 +192,30 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, torch.nn.Module):
             self._release_to(held)
             raise
 
-    def backward(self, loss, retain_graph=False):
+    def backward(self, loss, retain_graph=False, scale_wrt_gas=True):
         """Backward of loss * loss_scale; gradients flow into dsrt as autograd produces them.
-        Returns the loss divided by gradient_accumulation_steps, as DeepSpeed does."""
+        Returns the loss divided by gradient_accumulation_steps, as DeepSpeed does. With
+        scale_wrt_gas=False (the host divided its loss itself) dsrt does not divide the window's
+        gradient by gradient_accumulation_steps; it may change only between windows. Several
+        backward calls per step() call accumulate into the same window."""
+        if not self._groups.window_open:
+            self._engine.set_scale_wrt_gas(scale_wrt_gas)
+        elif bool(scale_wrt_gas) != self._scale_wrt_gas:
+            raise _core.StateError(_core.capi.DSRT_ERR_STATE,
+                                   "backward(scale_wrt_gas=%s) inside an accumulation window that began with %s; "
+                                   "keep it the same for every micro-step of a window" % (scale_wrt_gas,
+                                                                                          self._scale_wrt_gas))
+        self._scale_wrt_gas = bool(scale_wrt_gas)
         self._groups.begin_window()
         scale = self._engine.loss_scale
         (loss.float() * scale).backward(retain_graph=retain_graph)
-        return loss.detach() / self.gradient_accumulation_steps_
+        return loss.detach() / self.gradient_accumulation_steps_ if scale_wrt_gas else loss.detach()
+
+    def set_gradient_accumulation_boundary(self, is_boundary):
+        """DeepSpeed's call: whether the micro-step the next step() ends closes the accumulation
+        window (True / False, kept until changed). The host then decides every window's length."""
+        self._engine.set_gradient_accumulation_boundary(bool(is_boundary))
+        self._host_boundary = bool(is_boundary)
 
     def step(self):
         """After every micro-step; the optimizer runs at the gradient-accumulation boundary."""
@@ -220,7 +239,10 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, torch.nn.Module):
         return self.last_step
 
     def is_gradient_accumulation_boundary(self):
-        """True when the next engine.step() ends an accumulation window."""
+        """True when the next engine.step() ends an accumulation window (the host's word once it
+        called set_gradient_accumulation_boundary)."""
+        if self._host_boundary is not None:
+            return self._host_boundary
         return (self._micro_steps + 1) % self.gradient_accumulation_steps_ == 0
 
     @property
