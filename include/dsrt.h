@@ -277,7 +277,10 @@ DSRT_API dsrt_status dsrt_tensor_release(dsrt_tensor *tensor);
 /* This micro-step's gradient buffer for the tensor (full shape, the working dtype), zeroed at the
 ** start of the micro-step. The host adds the gradient of (loss * dsrt_engine_loss_scale) into it,
 ** then calls dsrt_tensor_grad_ready once; after that the buffer must not be touched again in this
-** micro-step. dsrt averages over ranks and over gradient_accumulation_steps micro-steps. */
+** micro-step. dsrt averages over ranks and over gradient_accumulation_steps micro-steps (see
+** dsrt_engine_set_scale_wrt_gas). Requesting the buffer again after grad_ready, before
+** dsrt_engine_step, starts a new micro-step of the same accumulation window (a second backward per
+** step call); the buffer is then zeroed again. */
 DSRT_API dsrt_status dsrt_tensor_grad(dsrt_tensor *tensor, void **grad, dsrt_dtype *dtype);
 DSRT_API dsrt_status dsrt_tensor_grad_ready(dsrt_tensor *tensor);
 
@@ -295,7 +298,8 @@ typedef struct {
 } dsrt_step_result;
 
 /* Called after every micro-step, like DeepSpeed's engine.step(): tensors whose gradient was not
-** signalled ready count as zero. At the accumulation boundary: reduction, overflow check,
+** signalled ready count as zero. At the accumulation boundary (every gradient_accumulation_steps-th
+** call, or where the host says: dsrt_engine_set_accumulation_boundary): reduction, overflow check,
 ** unscale, clipping, the optimizer, the 16-bit copy, the scheduler and the loss scaler. out may
 ** be NULL. DSRT_ERR_COMM if a rank fails or disagrees. */
 DSRT_API dsrt_status dsrt_engine_step(dsrt_engine *engine, dsrt_step_result *out);
