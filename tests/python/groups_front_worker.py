@@ -58,6 +58,7 @@ def config(stage, kind, dtype, with_optimizer):
          "zero_optimization": {"stage": stage, "reduce_bucket_size": 200, "stage3_param_persistence_threshold": 10}}
     if dtype == "bf16":
         c["bf16"] = {"enabled": True}
+
     if with_optimizer:
         params = dict(KINDS[kind])
         if "betas" in params:

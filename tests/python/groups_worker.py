@@ -60,6 +60,7 @@ SELF_CASES = {
 }
 STAGES = (0, 1, 2, 3)
 OFFLOAD_CASES = {"adamw_cpu_offload": ("adamw", "cpu"), "sgd_nvme_offload": ("sgd", "nvme")}
+DTYPE_CASES = {"adamw_fp16": ("adamw", "fp16"), "sgd_bf16": ("sgd", "bf16")}
 
 
 def dsrt_values(torch_group):
@@ -83,12 +84,34 @@ def make_data(seed):
 
 
 OFFLOAD = None  # None, "cpu" or "nvme" (cases adamw_cpu_offload, sgd_nvme_offload)
+DTYPE = "fp32"  # or "fp16" / "bf16" (cases adamw_fp16, sgd_bf16): 16-bit working copies and gradients
+LOSS_SCALE = 1024.0  # static fp16 loss scale (a power of two: unscaling is exact)
+
+
+def bf16_round(x):
+    """float32 -> the nearest bfloat16 (ties to even), as float32 values and as bit patterns."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return (rounded.astype(np.uint32) << 16).view(np.float32), rounded
+
+
+def as_sent(g):
+    """The gradient as dsrt receives it in the working dtype, unscaled: what the reference steps with."""
+    if DTYPE == "fp16":
+        return (np.asarray(g * LOSS_SCALE, dtype=np.float16).astype(np.float32) / LOSS_SCALE).astype(np.float32)
+    if DTYPE == "bf16":
+        return bf16_round(g)[0]
+    return g
 
 
 def zero_config(stage, optimizer):
     config = {"train_micro_batch_size_per_gpu": 1, "optimizer": optimizer,
               "zero_optimization": {"stage": stage, "reduce_bucket_size": 300, "allgather_bucket_size": 300,
                                     "stage3_param_persistence_threshold": 40}}
+    if DTYPE == "fp16":
+        config["fp16"] = {"enabled": True, "loss_scale": LOSS_SCALE}
+    elif DTYPE == "bf16":
+        config["bf16"] = {"enabled": True}
     if OFFLOAD == "cpu":
         config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
     elif OFFLOAD == "nvme":
@@ -133,7 +156,13 @@ def run_dsrt(comm, config, init, grads, groups, names, schedule=True, steps=rang
         for n in reversed(names):
             buf = tensors[n].grad().numpy()
             # Each rank holds its own part of the batch: the ranks' gradients average to grads[step].
-            buf[...] = grads[step][n] * world * (comm.rank + 1) * 2.0 / (world * (world + 1))
+            share = grads[step][n] * world * (comm.rank + 1) * 2.0 / (world * (world + 1))
+            if DTYPE == "fp16":
+                buf[...] = share * LOSS_SCALE
+            elif DTYPE == "bf16":
+                buf[...] = bf16_round(share)[1]
+            else:
+                buf[...] = share
             tensors[n].grad_ready()
         result = engine.step()
         assert result.boundary
@@ -156,7 +185,7 @@ def run_torch(kind, init, grads, groups):
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lam)
     for step in range(STEPS):
         for n, p in params.items():
-            p.grad = torch.tensor(grads[step][n])
+            p.grad = torch.tensor(as_sent(grads[step][n]))
         opt.step()
         sched.step()
     return {n: p.detach().numpy() for n, p in params.items()}
@@ -222,14 +251,15 @@ def relative(a, b):
 
 def main():
     seed = int(sys.argv[1])
-    wanted = sys.argv[2:] or list(CASES) + list(SELF_CASES) + list(OFFLOAD_CASES) + ["boundaries"]
+    wanted = sys.argv[2:] or list(CASES) + list(SELF_CASES) + list(OFFLOAD_CASES) + list(DTYPE_CASES) + ["boundaries"]
     comm = dsrt.Comm.from_env()
     init, grads = make_data(seed)
     failures = 0
     names = list(SHAPES)
-    global OFFLOAD
+    global OFFLOAD, DTYPE
     for case in wanted:
         OFFLOAD = None
+        DTYPE = "fp32"
         if case == "ckpt_save":
             # The first half of the adamw case at stage 2, saved for test_param_groups to resume
             # at another world size and stage.
@@ -256,6 +286,8 @@ def main():
             continue
         if case in OFFLOAD_CASES:
             case, OFFLOAD = OFFLOAD_CASES[case]
+        if case in DTYPE_CASES:
+            case, DTYPE = DTYPE_CASES[case]
         for stage in STAGES:
             if OFFLOAD and stage == 0:
                 continue  # optimizer offload needs ZeRO 1-3
