@@ -25,7 +25,7 @@ import dsrt  # noqa: E402
 
 STEPS = 20
 KINDS = {"AdamW": dict(lr=0.02, betas=(0.9, 0.99), eps=1e-8), "Adam": dict(lr=0.01, betas=(0.8, 0.999), eps=1e-7),
-         "SGD": dict(lr=0.05, momentum=0.9)}
+         "SGD": dict(lr=0.05, momentum=0.9), "Adagrad": dict(lr=0.03, eps=1e-10, initial_accumulator_value=0.1)}
 
 
 class Net(torch.nn.Module):

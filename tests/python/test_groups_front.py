@@ -1,5 +1,5 @@
 """The PyTorch front's parameter groups and LR schedules against torch.optim (groups_front_worker.py):
-AdamW/Adam/SGD with decay/no-decay groups of different lr and LambdaLR, passed as a client optimizer
+AdamW/Adam/SGD/Adagrad with decay/no-decay groups of different lr and LambdaLR, passed as a client optimizer
 and scheduler, stepped by the host, or as model_parameters dicts with a scheduler callable; at ZeRO
 stages 0-3 on 1-3 ranks (fp32: < 1e-5 relative over 20 steps; bf16 within bf16 rounding)."""
 import copy
@@ -24,7 +24,7 @@ SEED = int(os.environ.get("DSRT_TEST_SEED", int.from_bytes(os.urandom(4), "littl
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 @pytest.mark.parametrize("form,kind", [("client_scheduler", "AdamW"), ("host_scheduler", "SGD"),
                                        ("dict_groups", "Adam"), ("host_scheduler", "AdamW"),
-                                       ("client_scheduler", "SGD")])
+                                       ("client_scheduler", "SGD"), ("host_scheduler", "Adagrad")])
 def test_fp32_matches_torch(stage, form, kind):
     failures = worker.check(None, stage, form, kind, "fp32", SEED)
     assert not failures, "seed %d:\n%s" % (SEED, "\n".join(failures))

@@ -26,8 +26,8 @@ _KEYS = {
     "sgd": ("lr", "weight_decay", "momentum", "dampening", "nesterov"),
     "adagrad": ("lr", "weight_decay", "eps"),
 }
-# torch options dsrt's kernels do not have: refused when turned on, never silently dropped.
-_REFUSED = ("amsgrad", "maximize", "capturable", "differentiable")
+# torch options dsrt's kernels do not have: refused when turned on (or non-zero), never silently dropped.
+_REFUSED = ("amsgrad", "maximize", "capturable", "differentiable", "lr_decay")
 
 
 def _unsupported(message):
