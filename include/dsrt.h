@@ -394,8 +394,8 @@ DSRT_API dsrt_status dsrt_engine_get_group_hyper(const dsrt_engine *engine, int3
                                                  double *out);
 
 /* The learning rate a group used at the last boundary step (the optimizer ran or was skipped;
-** dsrt_step_result.lr is group 0's); before the first boundary, the lr the first one will use.
-** DSRT_ERR_INVALID_ARGUMENT for NULL or an unknown group. */
+** dsrt_step_result.lr is group 0's); before this engine's first boundary (also right after a checkpoint load),
+** the lr the next one will use. DSRT_ERR_INVALID_ARGUMENT for NULL or an unknown group. */
 DSRT_API dsrt_status dsrt_engine_group_lr(const dsrt_engine *engine, int32_t group, double *out);
 
 /* ------------------------------------------------------------------------------------------------

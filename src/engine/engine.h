@@ -160,7 +160,10 @@ class Engine {
   const ParamCoordinator *param_coordinator() const { return coordinator_.get(); }  // stage 3 only
   Status refresh_working_copies();
   const EngineCounters &counters() const { return counters_; }
-  void set_counters(const EngineCounters &counters) { counters_ = counters; }
+  void set_counters(const EngineCounters &counters) {
+    counters_ = counters;
+    step_lrs_valid_ = false;  // a loaded engine has not run a boundary yet
+  }
   const LossScaler &loss_scaler() const { return scaler_; }
   LossScaler &mutable_loss_scaler() { return scaler_; }
   int64_t scheduler_iteration() const { return scheduler_->last_batch_iteration(); }
@@ -313,6 +316,7 @@ class Engine {
 
   ParamGroups groups_;
   std::vector<double> step_lrs_;       // per group: the lr of the boundary being applied / last applied
+  bool step_lrs_valid_ = false;        // step_lrs_ are a boundary's (else group_lr reports the next lr)
   int32_t boundary_override_ = -1;     // set_accumulation_boundary
   bool scale_wrt_gas_ = true;
   LossScaler scaler_{Fp16Config{}, false};

@@ -69,7 +69,7 @@ Status Engine::get_group_hyper(int32_t group, const char *name, double *out) con
 
 Status Engine::group_lr_used(int32_t group, double *out) const {
   DSRT_RETURN_IF_ERROR(groups_.check_group("group_lr", group));
-  if (counters_.global_step > 0 && static_cast<size_t>(group) < step_lrs_.size()) {
+  if (step_lrs_valid_ && static_cast<size_t>(group) < step_lrs_.size()) {
     *out = step_lrs_[static_cast<size_t>(group)];
     return Status::Ok();
   }

@@ -273,6 +273,7 @@ Status Engine::step_impl(dsrt_step_result *out) {
   counters_.micro_step = 0;
   result.boundary = 1;
   fix_step_lrs();
+  step_lrs_valid_ = true;
   result.lr = step_lrs_[0];
 
   {
