@@ -110,3 +110,47 @@ def test_host_boundaries_match_torch_accumulating_by_hand(stage, one_step):
         err = float((engine.get_fp32_param(name) - param.detach()).norm() / param.detach().norm())
         assert err < 1e-5, "%s: %g (seed %d)" % (name, err, SEED)
     engine.close()
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_checkpoint_resumes_groups_and_client_scheduler(tmp_path, stage):
+    """10 steps of the Trainer shape (client AdamW with two groups, LambdaLR passed to initialize),
+    saved after 5 and resumed in a fresh engine, model and scheduler: equal to torch's 10 steps."""
+    torch.manual_seed(SEED % 1000)
+    model = worker.Net()
+    start = copy.deepcopy(model)
+    reference = copy.deepcopy(model)
+    ref_opt = torch.optim.AdamW(worker.trainer_groups(reference, "AdamW"), **worker.KINDS["AdamW"])
+    ref_sched = torch.optim.lr_scheduler.LambdaLR(ref_opt, worker.lam)
+    generator = torch.Generator().manual_seed(SEED % 991)
+    data = [(torch.randn(4, 12, generator=generator), torch.randn(4, 5, generator=generator)) for _ in range(10)]
+
+    def make(m):
+        client = torch.optim.AdamW(worker.trainer_groups(m, "AdamW"), **worker.KINDS["AdamW"])
+        sched = torch.optim.lr_scheduler.LambdaLR(client, worker.lam)
+        engine, optimizer, _, _ = dsrt.initialize(model=m, optimizer=client, lr_scheduler=sched,
+                                                  config=worker.config(stage, "AdamW", "fp32", False))
+        return engine, optimizer
+
+    engine, _ = make(model)
+    for x, y in data[:5]:
+        engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+        engine.step()
+    engine.save_checkpoint(tmp_path, client_state={"epoch": 3})
+    engine.close()
+    engine, optimizer = make(start)
+    _, client_state = engine.load_checkpoint(tmp_path)
+    assert client_state == {"epoch": 3}
+    for x, y in data[5:]:
+        engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+        engine.step()
+    for x, y in data:
+        torch.nn.functional.mse_loss(reference(x), y).backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+        ref_sched.step()
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([g["lr"] for g in ref_opt.param_groups], rel=1e-12)
+    for name, param in reference.named_parameters():
+        err = float((engine.get_fp32_param(name) - param.detach()).norm() / param.detach().norm())
+        assert err < 1e-5, "%s: %g (seed %d)" % (name, err, SEED)
+    engine.close()

@@ -114,3 +114,17 @@ class GroupSync:
             lr = self._engine.get_group_hyper(g, "lr")
             group["lr"] = lr
             self._sent[g]["lr"] = lr
+
+    def pull(self):
+        """After a checkpoint load: param_groups take the values dsrt restored (as torch's
+        optimizer.load_state_dict restores param_groups)."""
+        for g, group in enumerate(self.param_groups):
+            for key in _KEYS.get(self._kind, ("lr", "weight_decay")):
+                if key == "betas":
+                    group[key] = (self._engine.get_group_hyper(g, "beta1"), self._engine.get_group_hyper(g, "beta2"))
+                elif key == "nesterov":
+                    group[key] = bool(self._engine.get_group_hyper(g, "nesterov"))
+                else:
+                    group[key] = self._engine.get_group_hyper(g, key)
+            self._sent[g] = dsrt_values(self._kind, group, g)
+        self.window_open = False
