@@ -280,7 +280,10 @@ DSRT_API dsrt_status dsrt_tensor_release(dsrt_tensor *tensor);
 /* This micro-step's gradient buffer for the tensor (full shape, the working dtype), zeroed at the
 ** start of the micro-step. The host adds the gradient of (loss * dsrt_engine_loss_scale) into it,
 ** then calls dsrt_tensor_grad_ready once; after that the buffer must not be touched again in this
-** micro-step. dsrt averages over ranks and over gradient_accumulation_steps micro-steps. */
+** micro-step. dsrt averages over ranks and over gradient_accumulation_steps micro-steps (see
+** dsrt_engine_set_scale_wrt_gas). Requesting the buffer again after grad_ready, before
+** dsrt_engine_step, starts a new micro-step of the same accumulation window (a second backward per
+** step call); the buffer is then zeroed again. */
 DSRT_API dsrt_status dsrt_tensor_grad(dsrt_tensor *tensor, void **grad, dsrt_dtype *dtype);
 DSRT_API dsrt_status dsrt_tensor_grad_ready(dsrt_tensor *tensor);
 
@@ -298,7 +301,8 @@ typedef struct {
 } dsrt_step_result;
 
 /* Called after every micro-step, like DeepSpeed's engine.step(): tensors whose gradient was not
-** signalled ready count as zero. At the accumulation boundary: reduction, overflow check,
+** signalled ready count as zero. At the accumulation boundary (every gradient_accumulation_steps-th
+** call, or where the host says: dsrt_engine_set_accumulation_boundary): reduction, overflow check,
 ** unscale, clipping, the optimizer, the 16-bit copy, the scheduler and the loss scaler. out may
 ** be NULL. DSRT_ERR_COMM if a rank fails or disagrees. */
 DSRT_API dsrt_status dsrt_engine_step(dsrt_engine *engine, dsrt_step_result *out);
@@ -374,6 +378,114 @@ DSRT_API dsrt_status dsrt_engine_report_host_time(dsrt_engine *engine, int32_t p
 ** back exactly ("nan", "inf" for those). Every rank gets its own (DeepSpeed's monitors write rank
 ** 0's). *out is a new string; free it with dsrt_free. DSRT_ERR_STATE before build. */
 DSRT_API dsrt_status dsrt_engine_events(const dsrt_engine *engine, char **out);
+
+/* ------------------------------------------------------------------------------------------------
+** PARAMETER GROUPS AND HOST-DRIVEN HYPERPARAMETERS
+**
+** Every tensor belongs to a parameter group (group 0 unless dsrt_tensor_set_group says otherwise).
+** Each group has its own optimizer hyperparameters; group 0 and every added group start as the
+** config's "optimizer" section. The optimizer steps each tensor with its own group's values, on
+** every rank and at every stage, also where a tensor straddles two ranks' partitions.
+**
+** Hyperparameter names (each optimizer takes only those it uses; another name is
+** DSRT_ERR_INVALID_ARGUMENT listing the ones it uses):
+**   "lr", "weight_decay"                      every optimizer
+**   "beta1", "beta2"                          Adam, AdamW, Lamb, Lion
+**   "eps"                                     Adam, AdamW, Lamb, Adagrad
+**   "momentum", "dampening", "nesterov" (0/1) SGD
+**   "max_coeff", "min_coeff"                  Lamb (trust-ratio bounds)
+**
+** Who drives the schedule: without a "scheduler" section in the config the host does; the values
+** it sets are used from the next accumulation boundary on. With a config scheduler, the schedule
+** sets "lr" of every group (and, for OneCycle with cycle_momentum, "beta1" or SGD's "momentum"),
+** as DeepSpeed's schedules set every param group; setting one of those values from the host is
+** then ambiguous and returns DSRT_ERR_STATE naming the scheduler. Other values stay the host's.
+**
+** Threads: as every engine call (one thread at a time per engine). None of these calls is
+** collective, but every rank must make the same group assignments (build checks it) and should set
+** the same values, since each rank steps its own partition with them.
+*/
+
+/* Add a parameter group (before build). Its values start as the config's optimizer section.
+** *out (may be NULL) receives its index: 1, 2, ... in order.
+** DSRT_ERR_INVALID_ARGUMENT (NULL engine), DSRT_ERR_STATE (after build). */
+DSRT_API dsrt_status dsrt_engine_add_group(dsrt_engine *engine, int32_t *out);
+
+/* The number of groups (1 + groups added), or -1 for NULL. */
+DSRT_API int32_t dsrt_engine_num_groups(const dsrt_engine *engine);
+
+/* Put a tensor in a group (before build). DSRT_ERR_INVALID_ARGUMENT (NULL, unknown group: the
+** message names the tensor and the groups that exist), DSRT_ERR_STATE (after build). */
+DSRT_API dsrt_status dsrt_tensor_set_group(dsrt_tensor *tensor, int32_t group);
+
+/* The tensor's group, or -1 for NULL. */
+DSRT_API int32_t dsrt_tensor_group(const dsrt_tensor *tensor);
+
+/* Set one hyperparameter of a group by name: before build, or between accumulation windows (after
+** a boundary step and before the next window's first dsrt_tensor_grad). The value is used from the
+** next boundary step on. Errors: DSRT_ERR_INVALID_ARGUMENT (NULL engine or name, unknown group,
+** unknown name or one the optimizer does not use, a value out of range: negative lr, weight_decay,
+** eps or momentum, betas outside [0, 1), nesterov other than 0/1, SGD nesterov without momentum or
+** with dampening), DSRT_ERR_STATE (an accumulation window is open; the config's scheduler drives the
+** value; a failed step is pending; or, SGD, momentum for the first time after build: no momentum
+** buffer was allocated). The message names the group and the value. */
+DSRT_API dsrt_status dsrt_engine_set_group_hyper(dsrt_engine *engine, int32_t group, const char *name, double value);
+
+/* The value of a group's hyperparameter in force for the next boundary step ("lr" with a config
+** scheduler: the schedule's next value). DSRT_ERR_INVALID_ARGUMENT for NULL, an unknown group or name. */
+DSRT_API dsrt_status dsrt_engine_get_group_hyper(const dsrt_engine *engine, int32_t group, const char *name,
+                                                 double *out);
+
+/* The learning rate a group used at the last boundary step (the optimizer ran or was skipped;
+** dsrt_step_result.lr is group 0's); before this engine's first boundary (also right after a checkpoint load),
+** the lr the next one will use. DSRT_ERR_INVALID_ARGUMENT for NULL or an unknown group. */
+DSRT_API dsrt_status dsrt_engine_group_lr(const dsrt_engine *engine, int32_t group, double *out);
+
+/* ------------------------------------------------------------------------------------------------
+** HOST-DRIVEN ACCUMULATION BOUNDARIES
+** By default dsrt counts: every gradient_accumulation_steps-th dsrt_engine_step call is a boundary,
+** and the accumulated gradient is divided by gradient_accumulation_steps (DeepSpeed's behaviour).
+** A host that decides the windows itself (the HF Trainer and Accelerate pattern) says, before each
+** micro-step's backward, whether the next dsrt_engine_step closes the window; windows may then be
+** of any length (a short last window included). A host may also call dsrt_tensor_grad again for a
+** tensor already signalled ready before calling dsrt_engine_step (several backward passes per
+** step call, as DeepSpeed allows): the gradients so far are reduced into the window and a new
+** micro-step of the same window begins (unready tensors count as zero).
+*/
+
+/* is_boundary 1: the micro-step the next dsrt_engine_step ends closes the accumulation window;
+** 0: it does not; -1: count gradient_accumulation_steps again (the default). The setting stays
+** until changed, as DeepSpeed's set_gradient_accumulation_boundary. Any time after create.
+** DSRT_ERR_INVALID_ARGUMENT (NULL engine, a value other than -1, 0, 1). */
+DSRT_API dsrt_status dsrt_engine_set_accumulation_boundary(dsrt_engine *engine, int32_t is_boundary);
+
+/* enabled 1 (default): the accumulated gradient is divided by gradient_accumulation_steps;
+** 0: it is not, because the host already scaled its loss (DeepSpeed's scale_wrt_gas=False).
+** Averaging over ranks is unaffected. DSRT_ERR_INVALID_ARGUMENT (NULL engine, a value other than 0, 1),
+** DSRT_ERR_STATE (a change while an accumulation window is open: change it between windows). */
+DSRT_API dsrt_status dsrt_engine_set_scale_wrt_gas(dsrt_engine *engine, int32_t enabled);
+
+/* ------------------------------------------------------------------------------------------------
+** ENGINE OPTIONS -- choices the host makes per engine, beside the config
+*/
+#define DSRT_DEVICE_DEFAULT (-1) /* dsrt_engine_options.device_type: DSRT_DEVICE, else automatic */
+
+typedef struct {
+    uint64_t struct_size;  /* caller sets sizeof(dsrt_engine_options) */
+    int32_t device_type;   /* DSRT_DEVICE_DEFAULT (the DSRT_DEVICE environment variable, else a GPU when one
+                           ** is visible and the build has CUDA, else the CPU), DSRT_DEVICE_CPU or
+                           ** DSRT_DEVICE_CUDA */
+    int32_t device_index;  /* DSRT_DEVICE_CUDA: the CUDA ordinal, or -1 for local rank % visible GPUs */
+} dsrt_engine_options;
+
+/* dsrt_engine_create with options (NULL: as dsrt_engine_create). The device named here wins over
+** DSRT_DEVICE, so a host can keep one engine's states on the CPU on a GPU machine, or pick its GPU.
+** The library reads no more than options->struct_size bytes; fields it does not see take their
+** defaults. Errors: as dsrt_engine_create, and DSRT_ERR_INVALID_ARGUMENT (struct_size too small, an
+** unknown device_type, device_index below -1), DSRT_ERR_UNSUPPORTED (CUDA in a build without it),
+** DSRT_ERR_DEVICE (no GPU visible, or device_index out of range). *out is NULL on failure. */
+DSRT_API dsrt_status dsrt_engine_create_with_options(const dsrt_config *config, dsrt_comm *comm,
+                                                     const dsrt_engine_options *options, dsrt_engine **out);
 
 /* ------------------------------------------------------------------------------------------------
 ** CHECKPOINTS

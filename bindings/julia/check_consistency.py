@@ -172,7 +172,7 @@ for path in CALLERS:
 
 # ---- 3. constants and structs ---------------------------------------------------------------------
 expected = {}
-for m in re.finditer(r"^#define (DSRT_\w+) (-?\d+)\b", header, re.M):
+for m in re.finditer(r"^#define (DSRT_\w+) \(?(-?\d+)\)?", header, re.M):
     expected[m.group(1)] = int(m.group(2))
 for body in re.findall(r"typedef enum \{(.*?)\}", header, re.S):
     for item in body.split(","):
@@ -186,7 +186,8 @@ for name, value in expected.items():
         problems.append(f"{name}: dsrt.h says {value}, LibDsrt.jl says {m.group(1).strip()}")
 
 JULIA_FIELD = {"uint64_t": "UInt64", "int64_t": "Int64", "int32_t": "Int32", "double": "Float64"}
-for body, sname in re.findall(r"typedef struct \{(.*?)\}\s*(\w+);", header, re.S):
+structs = re.findall(r"typedef struct \{(.*?)\}\s*(\w+);", header, re.S)
+for body, sname in structs:
     cfields = []
     for f in body.split(";"):
         f = squash(f)
@@ -212,4 +213,4 @@ if problems:
         print("  -", p)
     sys.exit(1)
 print(f"Julia bindings consistent with dsrt.h: {len(functions)} functions, {calls_checked} wrapper calls, "
-      f"{len(expected)} constants, 2 structs")
+      f"{len(expected)} constants, {len(structs)} structs")

@@ -50,6 +50,8 @@ DSRT_HANDLE_OUT(dsrt_checkpoint)
 /* ---- scalar out-parameters ------------------------------------------------------------------ */
 %typemap(in, numinputs=0) double *out (double tmp = 0) { $1 = &tmp; }
 %typemap(argout) double *out { $result = SWIG_Python_AppendOutput($result, PyFloat_FromDouble(*$1)); }
+%typemap(in, numinputs=0) int32_t *out (int32_t tmp = 0) { $1 = &tmp; }
+%typemap(argout) int32_t *out { $result = SWIG_Python_AppendOutput($result, PyLong_FromLong(*$1)); }
 %typemap(in, numinputs=0) int64_t *out (int64_t tmp = 0) { $1 = &tmp; }
 %typemap(argout) int64_t *out { $result = SWIG_Python_AppendOutput($result, PyLong_FromLongLong(*$1)); }
 %typemap(in, numinputs=0) int32_t *device_type (int32_t tmp = 0), int32_t *device_index (int32_t tmp = 0),
@@ -124,6 +126,22 @@ DSRT_ADDRESS_IN(void *cuda_stream)
   }
   $result = SWIG_Python_AppendOutput($result, d);
 }
+
+/* engine options: None, or a (device_type, device_index) tuple */
+%typemap(in) const dsrt_engine_options *options (dsrt_engine_options tmp) {
+  if ($input == Py_None) {
+    $1 = NULL;
+  } else {
+    int device_type = 0, device_index = 0;
+    if (!PyArg_ParseTuple($input, "ii", &device_type, &device_index)) SWIG_fail;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.struct_size = sizeof tmp;
+    tmp.device_type = device_type;
+    tmp.device_index = device_index;
+    $1 = &tmp;
+  }
+}
+%typemap(typecheck) const dsrt_engine_options *options { $1 = ($input == Py_None || PyTuple_Check($input)) ? 1 : 0; }
 
 /* client state: (const void **data, uint64_t *size) -> bytes */
 %typemap(in, numinputs=0) (const void **data, uint64_t *size) (const void *tmp_data = NULL, uint64_t tmp_size = 0) {

@@ -1,5 +1,7 @@
 // defines: the dsrt_engine_* and dsrt_tensor_* entry points (checkpoint calls live elsewhere).
+#include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "capi/guard.h"
 #include "capi/handles.h"
@@ -40,11 +42,42 @@ using dsrt::Status;
 extern "C" {
 
 DSRT_API dsrt_status dsrt_engine_create(const dsrt_config *config, dsrt_comm *comm, dsrt_engine **out) {
+  return dsrt_engine_create_with_options(config, comm, nullptr, out);
+}
+
+DSRT_API dsrt_status dsrt_engine_create_with_options(const dsrt_config *config, dsrt_comm *comm,
+                                                     const dsrt_engine_options *options, dsrt_engine **out) {
   const char *fn = __func__;
   if (out != nullptr) *out = nullptr;
   return guarded(fn, [&]() -> Status {
     REQUIRE_ARG(config);
     REQUIRE_ARG(out);
+    // The options the caller's struct holds; the rest keep their defaults.
+    dsrt_engine_options opts;
+    std::memset(&opts, 0, sizeof opts);
+    opts.device_type = DSRT_DEVICE_DEFAULT;
+    opts.device_index = -1;
+    if (options != nullptr) {
+      if (options->struct_size < sizeof(uint64_t))
+        return dsrt::Error(DSRT_ERR_INVALID_ARGUMENT, "%s: options->struct_size is %llu; set it to "
+                           "sizeof(dsrt_engine_options)", fn, static_cast<unsigned long long>(options->struct_size));
+      std::memcpy(reinterpret_cast<char *>(&opts) + sizeof(uint64_t), reinterpret_cast<const char *>(options) + sizeof(uint64_t),
+                  std::min<uint64_t>(options->struct_size, sizeof opts) - sizeof(uint64_t));
+    }
+    std::string device_spec;
+    if (opts.device_type == DSRT_DEVICE_CPU) {
+      device_spec = "cpu";
+    } else if (opts.device_type == DSRT_DEVICE_CUDA) {
+      if (opts.device_index < -1)
+        return dsrt::Error(DSRT_ERR_INVALID_ARGUMENT, "%s: options->device_index is %d; use a CUDA ordinal or -1",
+                           fn, opts.device_index);
+      device_spec = opts.device_index < 0 ? "cuda" : "cuda:" + std::to_string(opts.device_index);
+    } else if (opts.device_type != DSRT_DEVICE_DEFAULT) {
+      return dsrt::Error(DSRT_ERR_INVALID_ARGUMENT,
+                         "%s: options->device_type is %d; use DSRT_DEVICE_DEFAULT (-1), DSRT_DEVICE_CPU (0) or "
+                         "DSRT_DEVICE_CUDA (1)",
+                         fn, opts.device_type);
+    }
     std::shared_ptr<dsrt::Comm> communicator;
     if (comm != nullptr) {
       communicator = dsrt::comm_from_handle(comm);
@@ -57,7 +90,9 @@ DSRT_API dsrt_status dsrt_engine_create(const dsrt_config *config, dsrt_comm *co
     dsrt::TrainConfig train;
     DSRT_RETURN_IF_ERROR(parsed->resolve(communicator->size(), &train));
     auto handle = std::make_unique<dsrt_engine>();
-    DSRT_RETURN_IF_ERROR(Engine::create(train, std::move(communicator), &handle->impl));
+    DSRT_RETURN_IF_ERROR(Engine::create(train, std::move(communicator), &handle->impl,
+                                        device_spec.empty() ? nullptr : device_spec.c_str(),
+                                        "the engine option device"));
     *out = handle.release();
     return Status::Ok();
   });

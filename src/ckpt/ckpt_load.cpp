@@ -38,6 +38,37 @@ Status check_same_model(const Engine &engine, const Manifest &m, const std::stri
       return Error(DSRT_ERR_CHECKPOINT, "'%s' is from another model: tensor %zu is '%s' %s there but '%s' %s here",
                    path.c_str(), t, m.tensors[t].name.c_str(), shape_text(m.tensors[t].shape).c_str(),
                    engine.tensor_name(t).c_str(), shape_text(engine.tensor_shape(t)).c_str());
+  if (!m.groups.empty()) {
+    // Checkpoints saved before parameter groups existed hold no group information (all group 0).
+    if (m.groups.size() != engine.param_groups().size())
+      return Error(DSRT_ERR_CHECKPOINT,
+                   "'%s' holds %zu parameter group(s) but this engine has %zu; add the same groups (and put the "
+                   "same tensors in them) before build",
+                   path.c_str(), m.groups.size(), engine.param_groups().size());
+    for (size_t t = 0; t < m.tensors.size(); ++t)
+      if (m.tensors[t].group != engine.tensor_group(t))
+        return Error(DSRT_ERR_CHECKPOINT,
+                     "'%s': tensor '%s' is in parameter group %d there but in group %d here; put it in group %d "
+                     "before build",
+                     path.c_str(), m.tensors[t].name.c_str(), m.tensors[t].group, engine.tensor_group(t),
+                     m.tensors[t].group);
+    // The values are applied to a copy first, so that restoring them later cannot fail halfway.
+    ParamGroups trial = engine.param_groups();
+    for (size_t g = 0; g < m.groups.size(); ++g)
+      for (const auto &v : m.groups[g].values) {
+        bool known = false;
+        for (size_t i = 0; i < static_cast<size_t>(HyperName::Count); ++i)
+          if (v.first == hyper_name_text(static_cast<HyperName>(i))) {
+            known = true;
+            const Status s = trial.set_raw(g, static_cast<HyperName>(i), v.second);
+            if (!s.ok())
+              return Error(DSRT_ERR_CHECKPOINT, "'%s': parameter group %zu: %s", path.c_str(), g, s.message().c_str());
+          }
+        if (!known)
+          return Error(DSRT_ERR_CHECKPOINT, "'%s': parameter group %zu has an unknown value '%s'", path.c_str(), g,
+                       v.first.c_str());
+      }
+  }
   if (m.num_streams() != 1 + static_cast<uint32_t>(engine.num_optimizer_states()))
     return Error(DSRT_ERR_CHECKPOINT, "'%s' holds %zu optimizer state(s) (%s) but this engine's optimizer keeps %d",
                  path.c_str(), m.state_names.size(), m.optimizer.c_str(), engine.num_optimizer_states());
@@ -166,6 +197,14 @@ Status commit(Engine &engine, const Staged &staged) {
          scaler.dynamic() ? "with" : "without");
   }
   engine.set_scheduler_iteration(m.scheduler_iteration);
+  // The groups' hyperparameters as saved (torch's optimizer.load_state_dict restores param_groups too).
+  ParamGroups &groups = engine.mutable_param_groups();
+  for (size_t g = 0; g < m.groups.size(); ++g)
+    for (const auto &v : m.groups[g].values)
+      for (size_t i = 0; i < static_cast<size_t>(HyperName::Count); ++i)
+        if (v.first == hyper_name_text(static_cast<HyperName>(i)))
+          DSRT_RETURN_IF_ERROR(groups.set_raw(g, static_cast<HyperName>(i), v.second)
+                                   .with_context(Format("parameter group %zu of the checkpoint", g)));
   engine.set_client_state(staged.client_state.data(), staged.client_state.size());
   return Status::Ok();
 }

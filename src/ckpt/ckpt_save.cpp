@@ -161,7 +161,14 @@ Manifest build_manifest(const Engine &engine, const std::string &tag, uint64_t s
   if (config.zero.stage3_gather_16bit_weights_on_model_save) m.model_16bit = kModel16File;
   m.config_json = config.effective_json.empty() ? "{}" : config.effective_json;
   for (size_t t = 0; t < engine.num_tensors(); ++t)
-    m.tensors.push_back({engine.tensor_name(t), engine.tensor_shape(t), engine.tensor_numel(t)});
+    m.tensors.push_back({engine.tensor_name(t), engine.tensor_shape(t), engine.tensor_numel(t), engine.tensor_group(t)});
+  for (size_t g = 0; g < engine.param_groups().size(); ++g) {
+    ManifestGroup group;
+    for (size_t i = 0; i < static_cast<size_t>(HyperName::Count); ++i)
+      group.values.emplace_back(hyper_name_text(static_cast<HyperName>(i)),
+                                engine.param_groups().get_raw(g, static_cast<HyperName>(i)));
+    m.groups.push_back(std::move(group));
+  }
   for (int r = 0; r < engine.world_size(); ++r) {
     if (!rank_writes(part, r)) continue;
     ManifestShard shard;

@@ -178,7 +178,14 @@ std::string Manifest::to_json() const {
     cJSON *shape = cJSON_AddArrayToObject(o, "shape");
     for (int64_t d : t.shape) cJSON_AddItemToArray(shape, cJSON_CreateNumber(static_cast<double>(d)));
     add_int(o, "numel", t.numel);
+    add_int(o, "group", t.group);
     cJSON_AddItemToArray(ts, o);
+  }
+  cJSON *gs = cJSON_AddArrayToObject(r, "param_groups");
+  for (const ManifestGroup &g : groups) {
+    cJSON *o = cJSON_CreateObject();
+    for (const auto &v : g.values) cJSON_AddNumberToObject(o, v.first.c_str(), v.second);
+    cJSON_AddItemToArray(gs, o);
   }
   cJSON *ss = cJSON_AddArrayToObject(r, "shards");
   for (const ManifestShard &s : shards) {
@@ -285,7 +292,24 @@ Status Manifest::parse(const std::string &text, const std::string &path, Manifes
                             path.c_str(), t.name.c_str(), t.shape.size(), kMaxManifestDims);
       }
       t.numel = rd.ranged(o, "numel", 0, kMaxManifestElems);
+      if (cJSON_GetObjectItemCaseSensitive(o, "group") != nullptr)
+        t.group = static_cast<int32_t>(rd.ranged(o, "group", 0, std::numeric_limits<int32_t>::max()));
       m.tensors.push_back(std::move(t));
+    }
+  }
+  if (cJSON_GetObjectItemCaseSensitive(r, "param_groups") != nullptr) {
+    if (const cJSON *gs = rd.array(r, "param_groups")) {
+      for (const cJSON *o = gs->child; o && rd.status.ok(); o = o->next) {
+        ManifestGroup g;
+        for (const cJSON *v = o->child; v; v = v->next) {
+          if (!cJSON_IsNumber(v) || v->string == nullptr) {
+            rd.status = Error(DSRT_ERR_CHECKPOINT, "'%s': a value of \"param_groups\" is not a number", path.c_str());
+            break;
+          }
+          g.values.emplace_back(v->string, v->valuedouble);
+        }
+        m.groups.push_back(std::move(g));
+      }
     }
   }
   if (const cJSON *ss = rd.array(r, "shards")) {

@@ -51,6 +51,12 @@ struct ManifestTensor {
   std::string name;
   std::vector<int64_t> shape;
   int64_t numel = 0;
+  int32_t group = 0;  // parameter group ("group", absent in checkpoints saved before groups: 0)
+};
+
+// One parameter group's hyperparameters, by name (param_groups.h's names).
+struct ManifestGroup {
+  std::vector<std::pair<std::string, double>> values;
 };
 
 // A piece of a tensor inside one saved shard.
@@ -84,6 +90,8 @@ struct Manifest {
 
   std::vector<ManifestTensor> tensors;
   std::vector<ManifestShard> shards;
+  // Parameter groups ("param_groups"); empty for checkpoints saved before groups existed.
+  std::vector<ManifestGroup> groups;
 
   uint32_t num_streams() const { return 1 + static_cast<uint32_t>(state_names.size()); }
   std::string to_json() const;

@@ -10,7 +10,8 @@
 
 namespace dsrt {
 
-Status device_choose(const char *spec, int local_rank, int gpus, bool built_with_cuda, DeviceChoice *out) {
+Status device_choose(const char *spec, int local_rank, int gpus, bool built_with_cuda, DeviceChoice *out,
+                     const char *origin) {
   DeviceChoice c;
   const std::string s = spec ? spec : "";
   if (s.empty()) {
@@ -25,7 +26,7 @@ Status device_choose(const char *spec, int local_rank, int gpus, bool built_with
     return Status::Ok();
   }
   if (s == "cpu") {
-    c.reason = "DSRT_DEVICE=cpu";
+    c.reason = std::string(origin) + "=cpu";
     *out = c;
     return Status::Ok();
   }
@@ -36,23 +37,22 @@ Status device_choose(const char *spec, int local_rank, int gpus, bool built_with
              s.find_first_not_of("0123456789", 5) == std::string::npos) {
     index = std::atoi(s.c_str() + 5);
   } else {
-    return Error(DSRT_ERR_CONFIG, "DSRT_DEVICE is '%s'; use cpu, cuda (GPU local_rank %% visible GPUs) or cuda:N",
+    return Error(DSRT_ERR_CONFIG, "%s is '%s'; use cpu, cuda (GPU local_rank %% visible GPUs) or cuda:N", origin,
                  s.c_str());
   }
   if (!built_with_cuda)
     return Error(DSRT_ERR_UNSUPPORTED,
-                 "DSRT_DEVICE is '%s' but this dsrt was built without CUDA; rebuild with -DDSRT_CUDA=ON or set "
-                 "DSRT_DEVICE=cpu",
-                 s.c_str());
+                 "%s is '%s' but this dsrt was built without CUDA; rebuild with -DDSRT_CUDA=ON or use the CPU (cpu)",
+                 origin, s.c_str());
   if (gpus <= 0)
-    return Error(DSRT_ERR_DEVICE, "DSRT_DEVICE is '%s' but no CUDA device is visible (check CUDA_VISIBLE_DEVICES)",
+    return Error(DSRT_ERR_DEVICE, "%s is '%s' but no CUDA device is visible (check CUDA_VISIBLE_DEVICES)", origin,
                  s.c_str());
   if (index < 0 || index >= gpus)
-    return Error(DSRT_ERR_DEVICE, "DSRT_DEVICE is '%s' but only %d CUDA device(s) are visible (0..%d)", s.c_str(),
+    return Error(DSRT_ERR_DEVICE, "%s is '%s' but only %d CUDA device(s) are visible (0..%d)", origin, s.c_str(),
                  gpus, gpus - 1);
   c.type = DSRT_DEVICE_CUDA;
   c.index = index;
-  c.reason = "DSRT_DEVICE=" + s;
+  c.reason = std::string(origin) + "=" + s;
   *out = c;
   return Status::Ok();
 }
@@ -71,13 +71,23 @@ int device_local_rank(int fallback) {
 }
 
 Status device_select(int local_rank, std::shared_ptr<Device> *out, DeviceChoice *choice) {
+  return device_select_spec(nullptr, nullptr, local_rank, out, choice);
+}
+
+Status device_select_spec(const char *spec, const char *origin, int local_rank, std::shared_ptr<Device> *out,
+                          DeviceChoice *choice) {
 #ifdef DSRT_HAVE_CUDA
   const bool built_with_cuda = true;
 #else
   const bool built_with_cuda = false;
 #endif
+  if (spec == nullptr) {
+    spec = std::getenv("DSRT_DEVICE");
+    origin = "DSRT_DEVICE";
+  }
   DeviceChoice c;
-  DSRT_RETURN_IF_ERROR(device_choose(std::getenv("DSRT_DEVICE"), local_rank, device_cuda_count(), built_with_cuda, &c));
+  DSRT_RETURN_IF_ERROR(device_choose(spec, local_rank, device_cuda_count(), built_with_cuda, &c,
+                                     origin != nullptr ? origin : "DSRT_DEVICE"));
   if (c.type == DSRT_DEVICE_CPU) {
     *out = device_create_cpu();
   } else {

@@ -22,7 +22,9 @@ struct DeviceChoice {
 // Resolves the choice without creating anything. spec is DSRT_DEVICE's value (nullptr: unset),
 // gpus the number of visible GPUs. CONFIG for a malformed value; DEVICE for "cuda" with no GPU
 // or an index out of range; UNSUPPORTED for "cuda" in a build without CUDA.
-Status device_choose(const char *spec, int local_rank, int gpus, bool built_with_cuda, DeviceChoice *out);
+// origin names where spec came from in messages ("DSRT_DEVICE", or an engine option).
+Status device_choose(const char *spec, int local_rank, int gpus, bool built_with_cuda, DeviceChoice *out,
+                     const char *origin = "DSRT_DEVICE");
 
 // This process's local rank among the ranks on its host, from the launcher's environment
 // (OMPI_COMM_WORLD_LOCAL_RANK, LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID, MV2_COMM_WORLD_LOCAL_RANK),
@@ -31,5 +33,9 @@ int device_local_rank(int fallback);
 
 // device_choose with the environment, then the device itself.
 Status device_select(int local_rank, std::shared_ptr<Device> *out, DeviceChoice *choice);
+// The same with the host's choice spec ("cpu", "cuda", "cuda:N") named by origin instead of the
+// environment; spec nullptr falls back to DSRT_DEVICE.
+Status device_select_spec(const char *spec, const char *origin, int local_rank, std::shared_ptr<Device> *out,
+                          DeviceChoice *choice);
 
 }  // namespace dsrt

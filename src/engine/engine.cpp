@@ -35,7 +35,8 @@ Engine::~Engine() {
   if (order_event_ != nullptr && device_) (void)device_->destroy_event(order_event_);
 }
 
-Status Engine::create(const TrainConfig &config, std::shared_ptr<Comm> comm, std::unique_ptr<Engine> *out) {
+Status Engine::create(const TrainConfig &config, std::shared_ptr<Comm> comm, std::unique_ptr<Engine> *out,
+                      const char *device_spec, const char *device_origin) {
   if (!comm) return Error(DSRT_ERR_INVALID_ARGUMENT, "engine create: no communicator");
   if (config.fp16.enabled && config.bf16_enabled)
     return Error(DSRT_ERR_CONFIG, "fp16.enabled and bf16.enabled are both true; enable at most one");
@@ -110,7 +111,8 @@ Status Engine::create(const TrainConfig &config, std::shared_ptr<Comm> comm, std
   engine->config_ = config;
   engine->config_.world_size = comm->size();
   DeviceChoice choice;
-  DSRT_RETURN_IF_ERROR(device_select(device_local_rank(comm->rank()), &engine->device_, &choice)
+  DSRT_RETURN_IF_ERROR(device_select_spec(device_spec, device_origin, device_local_rank(comm->rank()), &engine->device_,
+                                          &choice)
                            .with_context("engine create: choosing the device"));
   if (engine->device_->type() != DSRT_DEVICE_CPU) {
     // A host communicator cannot read device buffers: stage its collectives through pinned host memory.
@@ -142,6 +144,9 @@ Status Engine::create(const TrainConfig &config, std::shared_ptr<Comm> comm, std
   DSRT_RETURN_IF_ERROR(make_lr_scheduler(config.scheduler, config.optimizer.lr, base_momentum, &engine->scheduler_));
   // "comm_timeout": from now on the process's MPI and TCP collectives wait that long.
   if (config.comm_timeout_s > 0) comm_set_timeout_seconds(config.comm_timeout_s);
+  engine->groups_.init(config.optimizer,
+                       config.scheduler.type != SchedulerType::None ? engine->scheduler_->name() : nullptr,
+                       engine->scheduler_->has_momentum());
   log_set_rank(engine->comm_->rank());
   DSRT_RETURN_IF_ERROR(engine->monitor_open());
   // DeepSpeed prints the effective config at startup; dsrt does so at info level on rank 0.
@@ -232,6 +237,7 @@ Status Engine::check_rank_agreement() {
   for (size_t t = 0; t < count; ++t) {
     uint64_t h = fnv1a(tensors_[t].name.data(), tensors_[t].name.size());
     h = fnv1a(tensors_[t].shape.data(), tensors_[t].shape.size() * sizeof(int64_t), h);
+    h = fnv1a(&tensors_[t].group, sizeof tensors_[t].group, h);
     hashes[t] = h;
     hashes[count + t] = ~h;
   }
@@ -240,15 +246,18 @@ Status Engine::check_rank_agreement() {
   for (size_t t = 0; t < count; ++t)
     if (hashes[t] != ~hashes[count + t])
       return Error(DSRT_ERR_COMM,
-                   "build: ranks disagree on tensor #%zu: rank %d registered '%s' with shape %s, another rank a "
-                   "different name or shape; every rank must add the same tensors in the same order",
-                   t, rank(), tensors_[t].name.c_str(), shape_text(tensors_[t].shape).c_str());
+                   "build: ranks disagree on tensor #%zu: rank %d registered '%s' with shape %s in group %d, another "
+                   "rank a different name, shape or group; every rank must add the same tensors in the same order "
+                   "and groups",
+                   t, rank(), tensors_[t].name.c_str(), shape_text(tensors_[t].shape).c_str(), tensors_[t].group);
   return Status::Ok();
 }
 
 Status Engine::allocate_states() {
   const size_t part = static_cast<size_t>(part_.partition_elems());
   num_states_ = optimizer_state_count(config_.optimizer);
+  // SGD keeps a momentum buffer when any group uses momentum.
+  if (config_.optimizer.type == OptimizerType::SGD) num_states_ = groups_.any_momentum() ? 1 : 0;
   const bool on_nvme = config_.zero.offload_optimizer.device == OffloadDevice::Nvme;
   // Offloaded to the CPU, the masters and states are host memory (zeroed, as device memory): only
   // the CPU optimizer and host-side reads touch them, so they are page-locked only when
@@ -299,6 +308,7 @@ Status Engine::build_impl() {
   if (built_) return Error(DSRT_ERR_STATE, "build: the engine is already built");
   if (tensors_.empty())
     return Error(DSRT_ERR_STATE, "build: no tensors registered; call dsrt_engine_add_param first");
+  DSRT_RETURN_IF_ERROR(groups_.check_consistent().with_context("build"));
   DSRT_RETURN_IF_ERROR(check_rank_agreement());
   std::vector<int64_t> numels;
   for (const TensorInfo &t : tensors_) numels.push_back(t.numel);
@@ -356,6 +366,8 @@ Status Engine::build_impl() {
     };
   }
   DSRT_RETURN_IF_ERROR(reducer_.init(&part_, comm_.get(), device_.get(), backend_.get(), ro));
+  reducer_.set_divide_by_accumulation(scale_wrt_gas_);
+  reducer_.set_last_micro_step(boundary_override_);
 
   if (!part_.flat()) {
     CoordinatorOptions co;
@@ -370,6 +382,7 @@ Status Engine::build_impl() {
     DSRT_RETURN_IF_ERROR(coordinator_->init(&part_, comm_.get(), device_.get(), co, working_.data(), std::move(names)));
     if (config_.zero.offload_param.device != OffloadDevice::None) DSRT_RETURN_IF_ERROR(param_offload_build());
   }
+  fix_step_lrs();
   built_ = true;
   timers_.reset();
   build_time_ = StepTimers::now();
@@ -413,11 +426,14 @@ Status Engine::release(size_t t) {
 Status Engine::grad(size_t t, void **grad, dsrt_dtype *dtype) {
   DSRT_RETURN_IF_ERROR(require_built("grad"));
   DSRT_RETURN_IF_ERROR(require_no_pending("grad"));
-  if (reducer_.tensor_state(t) == 2)
-    return Error(DSRT_ERR_STATE,
-                 "grad('%s'): the gradient was already signalled ready in this micro-step; call dsrt_engine_step "
-                 "before writing the next micro-step's gradient",
-                 tensor_name(t).c_str());
+  if (reducer_.tensor_state(t) == 2) {
+    // A second backward before step() (DeepSpeed's engines allow several backward calls per
+    // step() call): the gradients signalled so far are reduced into the window's accumulation
+    // and a new micro-step of the same window begins. Unready tensors count as zero, as at step().
+    DSRT_RETURN_IF_ERROR(order_after_host());
+    DSRT_RETURN_IF_ERROR(track(reducer_.finish_micro_step())
+                             .with_context(Format("grad('%s'): ending the previous backward of this step", tensor_name(t).c_str())));
+  }
   void *ptr = nullptr;
   DSRT_RETURN_IF_ERROR(reducer_.grad(t, &ptr).with_context(Format("grad('%s')", tensor_name(t).c_str())));
   // The buffer was zeroed on the engine's stream; the host writes it on its own.

@@ -41,6 +41,7 @@
 #include "dsrt.h"
 #include "engine/loss_scaler.h"
 #include "engine/lr_scheduler.h"
+#include "engine/param_groups.h"
 #include "engine/step_timers.h"
 #include "monitor/monitor_csv.h"
 #include "monitor/monitor_events.h"
@@ -77,7 +78,10 @@ struct EngineCounters {
 class Engine {
  public:
   // CONFIG / UNSUPPORTED for settings the engine cannot run.
-  static Status create(const TrainConfig &config, std::shared_ptr<Comm> comm, std::unique_ptr<Engine> *out);
+  // device_spec: the host's device ("cpu", "cuda", "cuda:N"), named device_origin in messages;
+  // nullptr: DSRT_DEVICE, else automatic (device_select.h).
+  static Status create(const TrainConfig &config, std::shared_ptr<Comm> comm, std::unique_ptr<Engine> *out,
+                       const char *device_spec = nullptr, const char *device_origin = nullptr);
   ~Engine();
 
   // --- life cycle (the C API's calls) ---
@@ -100,6 +104,31 @@ class Engine {
   Status report_host_time(int phase, double seconds);
   // The monitor events the last step() produced (empty unless it was a boundary).
   const std::vector<MonitorEvent> &events() const { return events_; }
+  // --- parameter groups and host-driven hyperparameters (param_groups.h) ---
+  Status add_group(int32_t *out);
+  Status set_tensor_group(size_t t, int32_t group);
+  int32_t tensor_group(size_t t) const { return tensors_[t].group; }
+  size_t num_groups() const { return groups_.size(); }
+  // Set: before build, or between accumulation windows (STATE while a window is open).
+  Status set_group_hyper(int32_t group, const char *name, double value);
+  // The value in force for the next step ("lr": the schedule's value with a config scheduler).
+  Status get_group_hyper(int32_t group, const char *name, double *out) const;
+  // The lr group used at the last boundary step (before the first: the lr the first step will use).
+  Status group_lr_used(int32_t group, double *out) const;
+  const ParamGroups &param_groups() const { return groups_; }
+  ParamGroups &mutable_param_groups() { return groups_; }  // checkpoint load
+
+  // --- host-driven accumulation boundaries ---
+  // -1: count micro-steps against gradient_accumulation_steps (DeepSpeed's default); 0 / 1: the
+  // micro-step the next step() closes is / is not a boundary, until changed (DeepSpeed's
+  // set_gradient_accumulation_boundary).
+  Status set_accumulation_boundary(int32_t mode);
+  // Whether the accumulated gradient is divided by gradient_accumulation_steps (DeepSpeed's
+  // scale_wrt_gas, default true). Changed only between windows.
+  Status set_scale_wrt_gas(bool enabled);
+  // Whether an accumulation window is open (a micro-step finished or a gradient requested since
+  // the last boundary).
+  bool window_open() const;
 
   bool built() const { return built_; }
   double loss_scale() const { return scaler_.scale(); }
@@ -138,7 +167,10 @@ class Engine {
   const ParamCoordinator *param_coordinator() const { return coordinator_.get(); }  // stage 3 only
   Status refresh_working_copies();
   const EngineCounters &counters() const { return counters_; }
-  void set_counters(const EngineCounters &counters) { counters_ = counters; }
+  void set_counters(const EngineCounters &counters) {
+    counters_ = counters;
+    step_lrs_valid_ = false;  // a loaded engine has not run a boundary yet
+  }
   const LossScaler &loss_scaler() const { return scaler_; }
   LossScaler &mutable_loss_scaler() { return scaler_; }
   int64_t scheduler_iteration() const { return scheduler_->last_batch_iteration(); }
@@ -159,6 +191,7 @@ class Engine {
     int64_t numel = 0;
     std::vector<float> init;  // kept from add_param until build
     int acquired = 0;         // open acquire brackets
+    int32_t group = 0;        // parameter group (param_groups.h)
   };
 
   Status require_built(const char *what) const;
@@ -173,14 +206,18 @@ class Engine {
   Status step_impl(dsrt_step_result *out);
   Status check_rank_agreement();
   Status allocate_states();
-  Status optimizer_update(double lr, float grad_scale);
+  // Runs the optimizer with step_lrs_ (one lr per group).
+  Status optimizer_update(float grad_scale);
+  // step_lrs_ = the lr every group uses at this boundary.
+  void fix_step_lrs();
+  // The kernels' hyperparameters of group g for this boundary.
+  OptimizerHyper group_hyper(size_t g) const;
   Status gather_working_partitions();
   void report_progress(const dsrt_step_result &result);
   Status complete_boundary(bool applied, dsrt_step_result &result, dsrt_step_result *out, double step_start);
   Status require_no_pending(const char *what) const;
   // INVALID_ARGUMENT unless state is -1..num_states_-1 and [offset, offset+count) lies in the partition.
   Status check_partition_range(const char *what, int state, size_t offset, size_t count, const float *data) const;
-  OptimizerHyper make_hyper(double lr) const;
 
   // ZeRO-Offload (offload_optimizer.device "cpu"): the fp32 masters and optimizer states are in
   // pinned host memory; at each boundary the reduced gradient partition is copied into
@@ -223,7 +260,7 @@ class Engine {
   // NVMe optimizer offload (engine_nvme.cpp). The partition is cut into sub-groups of
   // zero_optimization.sub_group_size elements; sub-group g holds arrays "g<g>.master", "g<g>.s0"...
   Status nvme_build(const std::vector<OwnedSegment> &segments);
-  Status nvme_optimizer_update(double lr, float grad_scale, size_t first_group);
+  Status nvme_optimizer_update(float grad_scale, size_t first_group);
   Status nvme_agree(Status local);
   Status nvme_resume_step(dsrt_step_result *out);
   Status nvme_range(int state, size_t offset, size_t count, float *data, bool write);
@@ -235,7 +272,7 @@ class Engine {
   // A boundary whose NVMe optimizer pass failed: the next step() call resumes it from
   // next_group (the sub-groups before it hold the new step) instead of starting a micro-step.
   struct PendingStep {
-    double lr = 0;
+    std::vector<double> lrs;  // per group
     float grad_scale = 1;
     size_t next_group = 0;
     dsrt_step_result result{};
@@ -289,6 +326,11 @@ class Engine {
   GradReducer reducer_;
   std::unique_ptr<ParamCoordinator> coordinator_;  // stage 3
 
+  ParamGroups groups_;
+  std::vector<double> step_lrs_;       // per group: the lr of the boundary being applied / last applied
+  bool step_lrs_valid_ = false;        // step_lrs_ are a boundary's (else group_lr reports the next lr)
+  int32_t boundary_override_ = -1;     // set_accumulation_boundary
+  bool scale_wrt_gas_ = true;
   LossScaler scaler_{Fp16Config{}, false};
   std::unique_ptr<LrScheduler> scheduler_;
   EngineCounters counters_;

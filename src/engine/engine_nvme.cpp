@@ -100,8 +100,9 @@ Status Engine::nvme_range(int state, size_t offset, size_t count, float *data, b
   return Status::Ok();
 }
 
-Status Engine::nvme_optimizer_update(double lr, float grad_scale, size_t first_group) {
-  const OptimizerHyper hyper = make_hyper(lr);
+Status Engine::nvme_optimizer_update(float grad_scale, size_t first_group) {
+  std::vector<OptimizerHyper> hypers;  // per parameter group
+  for (size_t g = 0; g < groups_.size(); ++g) hypers.push_back(group_hyper(g));
   const std::vector<OwnedSegment> segments = part_.owned_segments(rank());
   const dsrt_dtype wdt = working_dtype();
   const int64_t wsize = static_cast<int64_t>(dtype_size(wdt));
@@ -134,7 +135,7 @@ Status Engine::nvme_optimizer_update(double lr, float grad_scale, size_t first_g
       s.working = working + (working_base + lo) * wsize;
       s.working_dtype = wdt;
       s.n = static_cast<size_t>(hi - lo);
-      DSRT_RETURN_IF_ERROR(cpu_optimizer_step(hyper, s, grad_scale)
+      DSRT_RETURN_IF_ERROR(cpu_optimizer_step(hypers[static_cast<size_t>(tensors_[it->tensor].group)], s, grad_scale)
                                .with_context(Format("optimizer step on '%s'", tensor_name(it->tensor).c_str())));
     }
     return Status::Ok();
@@ -169,7 +170,8 @@ Status Engine::nvme_resume_step(dsrt_step_result *out) {
   {
     ScopedPhase phase(timers_, StepPhase::Optimizer);
     DSRT_RETURN_IF_ERROR(param_nvme_open());
-    DSRT_RETURN_IF_ERROR(nvme_optimizer_update(pending_->lr, pending_->grad_scale, pending_->next_group));
+    step_lrs_ = pending_->lrs;
+    DSRT_RETURN_IF_ERROR(nvme_optimizer_update(pending_->grad_scale, pending_->next_group));
   }
   dsrt_step_result result = pending_->result;
   const double step_start = pending_->step_start;

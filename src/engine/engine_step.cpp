@@ -113,23 +113,8 @@ Status Engine::write_working_from_host(const float *src, size_t n, int64_t elem_
   return device_->synchronize(nullptr);
 }
 
-OptimizerHyper Engine::make_hyper(double lr) const {
-  OptimizerHyper hyper = make_optimizer_hyper(config_.optimizer, lr, counters_.applied_steps + 1);
-  if (scheduler_->has_momentum()) {
-    if (config_.optimizer.type == OptimizerType::SGD)
-      hyper.momentum = static_cast<float>(scheduler_->momentum());
-    else
-      hyper.beta1 = static_cast<float>(scheduler_->momentum());
-  }
-  if (scheduler_->has_beta2() && config_.optimizer.type != OptimizerType::SGD &&
-      config_.optimizer.type != OptimizerType::Adagrad)
-    hyper.beta2 = static_cast<float>(scheduler_->beta2());
-  return hyper;
-}
-
-Status Engine::optimizer_update(double lr, float grad_scale) {
-  if (nvme_) return nvme_optimizer_update(lr, grad_scale, 0);
-  const OptimizerHyper hyper = make_hyper(lr);
+Status Engine::optimizer_update(float grad_scale) {
+  if (nvme_) return nvme_optimizer_update(grad_scale, 0);
   const std::vector<OwnedSegment> segments = part_.owned_segments(rank());
   const dsrt_dtype wdt = working_dtype();
   const int64_t wsize = static_cast<int64_t>(dtype_size(wdt));
@@ -153,14 +138,28 @@ Status Engine::optimizer_update(double lr, float grad_scale) {
     return s;
   };
 
-  // Every owned segment in one multi-tensor pass, on the backend that matches where the buffers are.
+  // Every owned segment of a group in one multi-tensor pass with the group's hyperparameters, on
+  // the backend that matches where the buffers are. A segment is a piece of one tensor, so a
+  // tensor straddling partitions is stepped with its own group's values on every rank.
   OptimizerBackend &backend = on_host ? *host_backend_ : *backend_;
   std::vector<OptimizerSlice> slices;
   slices.reserve(segments.size());
   for (const OwnedSegment &seg : segments) slices.push_back(slice_of(seg));
+  const size_t num_groups = groups_.size();
+  // by_group[g]: indices into segments/slices of group g's pieces.
+  std::vector<std::vector<size_t>> by_group(num_groups);
+  for (size_t i = 0; i < segments.size(); ++i)
+    by_group[static_cast<size_t>(tensors_[segments[i].tensor].group)].push_back(i);
   if (config_.optimizer.type != OptimizerType::Lamb) {
-    DSRT_RETURN_IF_ERROR(backend.step_many(hyper, slices.data(), slices.size(), grad_scale)
-                             .with_context(Format("optimizer step over this rank's %zu tensor pieces", slices.size())));
+    std::vector<OptimizerSlice> group_slices;
+    for (size_t g = 0; g < num_groups; ++g) {
+      if (by_group[g].empty()) continue;
+      group_slices.clear();
+      for (size_t i : by_group[g]) group_slices.push_back(slices[i]);
+      DSRT_RETURN_IF_ERROR(backend.step_many(group_hyper(g), group_slices.data(), group_slices.size(), grad_scale)
+                               .with_context(Format("optimizer step over this rank's %zu tensor pieces of group %zu",
+                                                    group_slices.size(), g)));
+    }
     DSRT_RETURN_IF_ERROR(backend.synchronize());
     return on_host ? upload_working_partition() : Status::Ok();
   }
@@ -177,9 +176,29 @@ Status Engine::optimizer_update(double lr, float grad_scale) {
   std::vector<float *> updates;
   for (const OwnedSegment &seg : segments) updates.push_back(update + seg.part_offset);
   std::vector<double> param_sq(slices.size(), 0.0), update_sq(slices.size(), 0.0);
-  DSRT_RETURN_IF_ERROR(backend.lamb_phase1_many(hyper, slices.data(), slices.size(), grad_scale, updates.data(),
-                                                param_sq.data(), update_sq.data())
-                           .with_context("Lamb phase 1"));
+  // One pass per group; the group's pieces are gathered into contiguous arrays for the backend.
+  auto per_group = [&](size_t g, auto &&run) -> Status {
+    std::vector<OptimizerSlice> gs;
+    std::vector<size_t> idx = by_group[g];
+    for (size_t i : idx) gs.push_back(slices[i]);
+    return run(group_hyper(g), gs, idx);
+  };
+  for (size_t g = 0; g < num_groups; ++g) {
+    if (by_group[g].empty()) continue;
+    DSRT_RETURN_IF_ERROR(per_group(g, [&](const OptimizerHyper &hyper, std::vector<OptimizerSlice> &gs,
+                                          const std::vector<size_t> &idx) -> Status {
+      std::vector<float *> gu;
+      std::vector<double> gp(gs.size(), 0.0), gq(gs.size(), 0.0);
+      for (size_t i : idx) gu.push_back(updates[i]);
+      DSRT_RETURN_IF_ERROR(backend.lamb_phase1_many(hyper, gs.data(), gs.size(), grad_scale, gu.data(), gp.data(), gq.data())
+                               .with_context(Format("Lamb phase 1 (group %zu)", g)));
+      for (size_t k = 0; k < idx.size(); ++k) {
+        param_sq[idx[k]] += gp[k];
+        update_sq[idx[k]] += gq[k];
+      }
+      return Status::Ok();
+    }));
+  }
   std::vector<double> sums(2 * n, 0.0);
   for (size_t i = 0; i < segments.size(); ++i) {
     sums[segments[i].tensor] += param_sq[i];
@@ -193,10 +212,21 @@ Status Engine::optimizer_update(double lr, float grad_scale) {
     param_norms.push_back(std::sqrt(sums[seg.tensor]));
     update_norms.push_back(std::sqrt(sums[n + seg.tensor]));
   }
-  std::vector<const float *> const_updates(updates.begin(), updates.end());
-  DSRT_RETURN_IF_ERROR(backend.lamb_phase2_many(hyper, slices.data(), slices.size(), const_updates.data(),
-                                                param_norms.data(), update_norms.data())
-                           .with_context("Lamb phase 2"));
+  for (size_t g = 0; g < num_groups; ++g) {
+    if (by_group[g].empty()) continue;
+    DSRT_RETURN_IF_ERROR(per_group(g, [&](const OptimizerHyper &hyper, std::vector<OptimizerSlice> &gs,
+                                          const std::vector<size_t> &idx) -> Status {
+      std::vector<const float *> gu;
+      std::vector<double> pn, un;
+      for (size_t i : idx) {
+        gu.push_back(updates[i]);
+        pn.push_back(param_norms[i]);
+        un.push_back(update_norms[i]);
+      }
+      return backend.lamb_phase2_many(hyper, gs.data(), gs.size(), gu.data(), pn.data(), un.data())
+          .with_context(Format("Lamb phase 2 (group %zu)", g));
+    }));
+  }
   DSRT_RETURN_IF_ERROR(backend.synchronize());
   return on_host ? upload_working_partition() : Status::Ok();
 }
@@ -229,9 +259,11 @@ Status Engine::step_impl(dsrt_step_result *out) {
     timers_.add(StepPhase::Reduce, StepTimers::now() - start);
   }
   counters_.micro_step += 1;
-  const double lr = scheduler_->lr();
-  result.lr = lr;
-  if (counters_.micro_step < config_.gradient_accumulation_steps) {
+  // The boundary: the host's word when it gave one (set_accumulation_boundary), else the count.
+  const bool boundary = boundary_override_ >= 0 ? boundary_override_ == 1
+                                                : counters_.micro_step >= config_.gradient_accumulation_steps;
+  if (!boundary) {
+    DSRT_RETURN_IF_ERROR(get_group_hyper(0, "lr", &result.lr));
     result.global_step = counters_.global_step;
     result.loss_scale = scaler_.scale();
     if (out != nullptr)
@@ -241,6 +273,9 @@ Status Engine::step_impl(dsrt_step_result *out) {
   }
   counters_.micro_step = 0;
   result.boundary = 1;
+  fix_step_lrs();
+  step_lrs_valid_ = true;
+  result.lr = step_lrs_[0];
 
   {
     const double start = StepTimers::now();
@@ -299,7 +334,7 @@ Status Engine::step_impl(dsrt_step_result *out) {
     if (nvme_) {
       // Kept until the NVMe pass commits: a failed pass is resumed by the next step() call.
       pending_ = std::make_unique<PendingStep>();
-      pending_->lr = lr;
+      pending_->lrs = step_lrs_;
       pending_->grad_scale = static_cast<float>(grad_scale);
       pending_->result = result;
       pending_->step_start = step_start;
@@ -307,7 +342,7 @@ Status Engine::step_impl(dsrt_step_result *out) {
     {
       ScopedPhase phase(timers_, StepPhase::Optimizer);
       DSRT_RETURN_IF_ERROR(param_nvme_open());
-      DSRT_RETURN_IF_ERROR(optimizer_update(lr, static_cast<float>(grad_scale)));
+      DSRT_RETURN_IF_ERROR(optimizer_update(static_cast<float>(grad_scale)));
     }
     pending_.reset();
   }

@@ -88,7 +88,15 @@ float *GradReducer::grad_partition() const {
 
 double GradReducer::post_scale() const {
   const double prescale = options_.prescale_gradients ? 1.0 / world_ : 1.0 / options_.predivide_factor;
-  return 1.0 / (static_cast<double>(world_) * static_cast<double>(options_.accumulation_steps) * prescale);
+  const double steps = divide_by_accumulation_ ? static_cast<double>(options_.accumulation_steps) : 1.0;
+  return 1.0 / (static_cast<double>(world_) * steps * prescale);
+}
+
+bool GradReducer::window_open() const {
+  if (!first_micro_step_) return true;
+  for (int state : tensor_state_)
+    if (state != 0) return true;
+  return false;
 }
 
 Status GradReducer::take_buffer(size_t bytes, DeviceBuffer *out) {

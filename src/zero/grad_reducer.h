@@ -84,6 +84,16 @@ class GradReducer {
   float *grad_partition() const;
   // Multiply accumulated values by this to get the averaged (still loss-scaled) gradient.
   double post_scale() const;
+  // Whether post_scale divides by accumulation_steps (DeepSpeed's scale_wrt_gas; default true).
+  void set_divide_by_accumulation(bool divide) { divide_by_accumulation_ = divide; }
+  // Whether the micro-step now being accumulated is the window's last (so its completed ranges
+  // are final and on_final_range is called). Without a call, the micro-step count against
+  // accumulation_steps decides; the engine sets it when the host drives the boundaries. A
+  // micro-step ended early (finish_micro_step while the window goes on) may deliver ranges that a
+  // later micro-step of the window delivers again with their final values.
+  void set_last_micro_step(int last) { last_override_ = last; }
+  // A micro-step or a gradient buffer has been taken since the last zero_accumulator().
+  bool window_open() const;
 
   // Tensor state in the current micro-step: 0 untouched, 1 buffer handed out, 2 ready.
   int tensor_state(size_t t) const { return tensor_state_[t]; }
@@ -121,7 +131,9 @@ class GradReducer {
   Status complete(InFlight &op);
   // dst (+)= src * scale: the first micro-step after a boundary overwrites instead of adding.
   Status add_into(float *dst, const void *src, dsrt_dtype dtype, size_t n, float scale);
-  bool last_micro_step() const { return micro_in_window_ + 1 >= options_.accumulation_steps; }
+  bool last_micro_step() const {
+    return last_override_ >= 0 ? last_override_ != 0 : micro_in_window_ + 1 >= options_.accumulation_steps;
+  }
   Status deliver_final(int64_t part_offset, int64_t count);
 
   const Partitioning *part_ = nullptr;
@@ -144,6 +156,8 @@ class GradReducer {
   bool first_micro_step_ = true;       // of the current accumulation window
   int64_t micro_in_window_ = 0;        // micro-steps finished in the current window
   bool final_delivered_ = false;       // on_final_range covered this window's partition
+  bool divide_by_accumulation_ = true;
+  int last_override_ = -1;             // set_last_micro_step; -1: count
   double reduce_seconds_ = 0;
 };
 

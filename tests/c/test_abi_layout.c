@@ -34,6 +34,12 @@ _Static_assert(DSRT_LOG_ERROR == 0 && DSRT_LOG_WARN == 1 && DSRT_LOG_INFO == 2 &
 _Static_assert(DSRT_VERSION_NUMBER == DSRT_VERSION_MAJOR * 10000 + DSRT_VERSION_MINOR * 100 + DSRT_VERSION_PATCH,
                "version formula");
 
+/* dsrt_engine_options: struct_size first, fields only appended. */
+_Static_assert(offsetof(dsrt_engine_options, struct_size) == 0, "engine_options.struct_size");
+_Static_assert(offsetof(dsrt_engine_options, device_type) == 8, "engine_options.device_type");
+_Static_assert(offsetof(dsrt_engine_options, device_index) == 12, "engine_options.device_index");
+_Static_assert(DSRT_DEVICE_DEFAULT == -1, "DSRT_DEVICE_DEFAULT");
+
 /* dsrt_step_result: struct_size first, fields only appended. */
 _Static_assert(offsetof(dsrt_step_result, struct_size) == 0, "step_result.struct_size");
 _Static_assert(offsetof(dsrt_step_result, global_step) == 8, "step_result.global_step");

@@ -167,6 +167,25 @@ static void null_and_invalid_arguments(void) {
   EXPECT_STATUS(dsrt_engine_load_checkpoint(NULL, "/tmp", NULL), DSRT_ERR_INVALID_ARGUMENT);
   EXPECT_STATUS(dsrt_engine_save_16bit_model(NULL, "/tmp/x.safetensors"), DSRT_ERR_INVALID_ARGUMENT);
   dsrt_engine_destroy(NULL);
+  /* Parameter groups, host-driven hyperparameters and boundaries. */
+  EXPECT_STATUS(dsrt_engine_add_group(NULL, &i32), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT(dsrt_engine_num_groups(NULL) == -1);
+  EXPECT_STATUS(dsrt_tensor_set_group(NULL, 0), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT(dsrt_tensor_group(NULL) == -1);
+  EXPECT_STATUS(dsrt_engine_set_group_hyper(NULL, 0, "lr", 0.1), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(dsrt_engine_get_group_hyper(NULL, 0, "lr", &number), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(dsrt_engine_group_lr(NULL, 0, &number), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(dsrt_engine_set_accumulation_boundary(NULL, 1), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(dsrt_engine_set_scale_wrt_gas(NULL, 0), DSRT_ERR_INVALID_ARGUMENT);
+  {
+    dsrt_engine *e = (dsrt_engine *)&failures;
+    dsrt_engine_options opts;
+    memset(&opts, 0, sizeof opts);
+    opts.struct_size = sizeof opts;
+    opts.device_type = DSRT_DEVICE_CPU;
+    EXPECT_STATUS(dsrt_engine_create_with_options(NULL, NULL, &opts, &e), DSRT_ERR_INVALID_ARGUMENT);
+    EXPECT(e == NULL);
+  }
 
   /* Offline checkpoints. */
   EXPECT_STATUS(dsrt_checkpoint_open(NULL, NULL, &ckpt), DSRT_ERR_INVALID_ARGUMENT);
@@ -221,6 +240,30 @@ static void whole_life_of_an_engine(void) {
   OK(dsrt_comm_create_local(&comm));
   EXPECT(dsrt_comm_rank(comm) == 0 && dsrt_comm_world_size(comm) == 1);
   OK(dsrt_comm_barrier(comm));
+  {
+    /* The device as an engine option: the CPU, whatever DSRT_DEVICE says; bad options are refused. */
+    dsrt_engine *e = NULL;
+    dsrt_engine_options opts;
+    int32_t type = -1, index = -1;
+    memset(&opts, 0, sizeof opts);
+    opts.struct_size = sizeof opts;
+    opts.device_type = DSRT_DEVICE_CPU;
+    OK(dsrt_engine_create_with_options(cfg, comm, &opts, &e));
+    OK(dsrt_engine_device(e, &type, &index));
+    EXPECT(type == DSRT_DEVICE_CPU);
+    dsrt_engine_destroy(e);
+    e = NULL;
+    opts.device_type = 7;
+    EXPECT_STATUS(dsrt_engine_create_with_options(cfg, comm, &opts, &e), DSRT_ERR_INVALID_ARGUMENT);
+    EXPECT(e == NULL);
+    opts.device_type = DSRT_DEVICE_CUDA;
+    opts.device_index = 999;
+    EXPECT(dsrt_engine_create_with_options(cfg, comm, &opts, &e) != DSRT_OK); /* no such GPU, or no CUDA */
+    opts.struct_size = 4;
+    EXPECT_STATUS(dsrt_engine_create_with_options(cfg, comm, &opts, &e), DSRT_ERR_INVALID_ARGUMENT);
+    OK(dsrt_engine_create_with_options(cfg, comm, NULL, &e));
+    dsrt_engine_destroy(e);
+  }
   OK(dsrt_engine_create(cfg, comm, &engine));
   dsrt_comm_destroy(comm);  /* the engine keeps its own reference */
   dsrt_config_destroy(cfg); /* the engine copied it */
@@ -233,6 +276,28 @@ static void whole_life_of_an_engine(void) {
   EXPECT(bad == NULL);
   OK(dsrt_engine_add_param(engine, "w", shape, 2, init, &w));
   EXPECT(dsrt_engine_add_param(engine, "w", shape, 2, init, &bad) != DSRT_OK); /* duplicate name */
+  {
+    int32_t group = -1;
+    double value = 0.0;
+    OK(dsrt_engine_add_group(engine, &group));
+    EXPECT(group == 1 && dsrt_engine_num_groups(engine) == 2);
+    EXPECT_STATUS(dsrt_tensor_set_group(w, 2), DSRT_ERR_INVALID_ARGUMENT);
+    OK(dsrt_tensor_set_group(w, 1));
+    EXPECT(dsrt_tensor_group(w) == 1);
+    OK(dsrt_engine_get_group_hyper(engine, 1, "lr", &value));
+    EXPECT(value == 0.02); /* a new group starts as the config's optimizer section */
+    OK(dsrt_engine_set_group_hyper(engine, 1, "lr", 0.02));
+    EXPECT_STATUS(dsrt_engine_set_group_hyper(engine, 1, "lr", -1.0), DSRT_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(dsrt_engine_set_group_hyper(engine, 1, "momentum", 0.9), DSRT_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(dsrt_engine_set_group_hyper(engine, 7, "lr", 0.1), DSRT_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(dsrt_engine_set_group_hyper(engine, 1, NULL, 0.1), DSRT_ERR_INVALID_ARGUMENT);
+    OK(dsrt_engine_group_lr(engine, 1, &value));
+    EXPECT(value == 0.02);
+    EXPECT_STATUS(dsrt_engine_set_accumulation_boundary(engine, 2), DSRT_ERR_INVALID_ARGUMENT);
+    OK(dsrt_engine_set_accumulation_boundary(engine, -1));
+    EXPECT_STATUS(dsrt_engine_set_scale_wrt_gas(engine, 5), DSRT_ERR_INVALID_ARGUMENT);
+    OK(dsrt_engine_set_scale_wrt_gas(engine, 1));
+  }
   {
     dsrt_status s = dsrt_engine_set_stream(engine, NULL);
     EXPECT(s == DSRT_OK || s == DSRT_ERR_UNSUPPORTED);

@@ -165,10 +165,11 @@ def test_a_torch_optimizer_fills_the_optimizer_sections_autos():
 
 def test_optimizers_dsrt_cannot_run_are_refused_with_advice():
     model = torch.nn.Linear(3, 2)
-    with pytest.raises(dsrt.UnsupportedError, match="SGD") as info:
-        dsrt.initialize(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+    with pytest.raises(dsrt.UnsupportedError, match="RMSprop") as info:
+        dsrt.initialize(model=model, optimizer=torch.optim.RMSprop(model.parameters(), lr=0.1),
                         config={"train_micro_batch_size_per_gpu": 1})
     assert "\"optimizer\" section" in info.value.message
-    groups = [{"params": [model.weight], "lr": 0.1}, {"params": [model.bias], "lr": 0.2}]
-    with pytest.raises(dsrt.UnsupportedError, match="param_groups"):
+    # Groups are dsrt's parameter groups; an option dsrt's kernels lack is refused, naming the group.
+    groups = [{"params": [model.weight], "lr": 0.1}, {"params": [model.bias], "lr": 0.2, "amsgrad": True}]
+    with pytest.raises(dsrt.UnsupportedError, match="param group 1 sets amsgrad=True"):
         dsrt.initialize(model=model, optimizer=torch.optim.AdamW(groups), config={"train_micro_batch_size_per_gpu": 1})

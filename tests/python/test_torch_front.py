@@ -202,7 +202,7 @@ def test_auto_values_resolved_from_model_and_args():
 def test_passing_a_torch_optimizer_is_refused_with_advice():
     model = Net()
     with pytest.raises(dsrt.UnsupportedError) as info:
-        dsrt.initialize(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), config=ds_config(0))
+        dsrt.initialize(model=model, optimizer=torch.optim.RMSprop(model.parameters(), lr=0.1), config=ds_config(0))
     assert "optimizer" in info.value.message
 
 

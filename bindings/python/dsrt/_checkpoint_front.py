@@ -40,6 +40,7 @@ def refuse_deepspeed_folder(tag_dir):
             "with DeepSpeed and consolidate it with DeepSpeed's zero_to_fp32.py, then start dsrt from those "
             "weights (load_checkpoint(..., load_module_only=True) takes dsrt checkpoints only)"
             % (tag_dir, deepspeed_files[0]))
+_SCHEDULER_KEY = "__dsrt_client_lr_scheduler__"  # inside the pickled client state
 
 
 class CheckpointMixin:
@@ -55,7 +56,15 @@ class CheckpointMixin:
         if not save_latest and os.path.isfile(latest):
             with open(latest) as f:
                 before = f.read()
-        self._engine.client_state = pickle.dumps(client_state or {})
+        groups = getattr(self, "_groups", None)
+        if groups is not None and not groups.window_open:
+            groups.push()  # values written since the last boundary (a scheduler's next lr) are saved too
+        state = dict(client_state or {})
+        scheduler = getattr(self, "_client_scheduler", None)
+        if scheduler is not None and hasattr(scheduler, "state_dict"):
+            # A client LR scheduler's state travels with the checkpoint, as DeepSpeed saves it.
+            state[_SCHEDULER_KEY] = scheduler.state_dict()
+        self._engine.client_state = pickle.dumps(state)
         self._engine.save_checkpoint(save_dir, tag)
         tag_dir = os.path.join(save_dir, tag if tag is not None else "global_step%d" % self._engine.global_step)
         if self.global_rank == 0:
@@ -116,6 +125,13 @@ class CheckpointMixin:
         self._load_frozen(load_dir, self._tag_of(load_dir, tag))
         blob = self._engine.client_state
         client_state = pickle.loads(blob) if blob else {}
+        groups = getattr(self, "_groups", None)
+        if groups is not None:
+            groups.pull()  # param_groups show the restored values
+        scheduler_state = client_state.pop(_SCHEDULER_KEY, None) if isinstance(client_state, dict) else None
+        scheduler = getattr(self, "_client_scheduler", None)
+        if scheduler_state is not None and scheduler is not None and hasattr(scheduler, "load_state_dict"):
+            scheduler.load_state_dict(scheduler_state)
         return load_dir, client_state
 
     def _load_weights(self, load_dir, tag, strict):

@@ -443,6 +443,15 @@ class Tensor:
     def grad_ready(self):
         _check(capi.dsrt_tensor_grad_ready(self.handle))
 
+    @property
+    def group(self):
+        """The parameter group this tensor belongs to (0 unless set before build)."""
+        return capi.dsrt_tensor_group(self.handle)
+
+    @group.setter
+    def group(self, index):
+        _check(capi.dsrt_tensor_set_group(self.handle, int(index)))
+
     def read_fp32(self):
         """The full fp32 master value as a NumPy array (collective under ZeRO)."""
         import numpy
@@ -465,10 +474,25 @@ class Engine(_Handle):
     _live_views = 0
     _deferred = None  # the C handle, while close() waits for live views to go
 
-    def __init__(self, config, comm=None):
+    def __init__(self, config, comm=None, device=None):
+        """device: where this engine's working copies and gradients live -- "cpu", "cuda" (GPU
+        local_rank % visible GPUs) or "cuda:N"; None: DSRT_DEVICE, else a visible GPU, else the CPU."""
         if not isinstance(config, Config):
             config = Config(config)
-        super().__init__(_check(capi.dsrt_engine_create(config.handle, comm.handle if comm else None)))
+        options = None
+        if device is not None:
+            text = str(device)
+            if text == "cpu":
+                options = (capi.DSRT_DEVICE_CPU, 0)
+            elif text == "cuda":
+                options = (capi.DSRT_DEVICE_CUDA, -1)
+            elif text.startswith("cuda:") and text[5:].isdigit():
+                options = (capi.DSRT_DEVICE_CUDA, int(text[5:]))
+            else:
+                raise InvalidArgumentError(capi.DSRT_ERR_INVALID_ARGUMENT,
+                                           "device is %r; use \"cpu\", \"cuda\" or \"cuda:N\"" % (device,))
+        super().__init__(_check(capi.dsrt_engine_create_with_options(config.handle, comm.handle if comm else None,
+                                                                     options)))
         self._comm = comm
         # ZeRO-3 gathers tensors into buffers it reuses after release (see Tensor.acquire).
         try:
@@ -511,6 +535,46 @@ class Engine(_Handle):
 
     def step(self):
         return StepResult(_check(capi.dsrt_engine_step(self.handle)))
+
+    # -- parameter groups and host-driven hyperparameters --------------------------------------
+
+    def add_group(self, **hyper):
+        """A new parameter group (before build) starting as the config's optimizer section, with
+        the given hyperparameters (lr=..., weight_decay=..., beta1=..., ...); returns its index."""
+        index = _check(capi.dsrt_engine_add_group(self.handle))
+        for name, value in hyper.items():
+            self.set_group_hyper(index, name, value)
+        return index
+
+    @property
+    def num_groups(self):
+        return capi.dsrt_engine_num_groups(self.handle)
+
+    def set_group_hyper(self, group, name, value):
+        """Set one hyperparameter of a group ("lr", "weight_decay", "beta1", "beta2", "eps",
+        "momentum", "dampening", "nesterov", "max_coeff", "min_coeff"): before build or between
+        accumulation windows."""
+        _check(capi.dsrt_engine_set_group_hyper(self.handle, int(group), name, float(value)))
+
+    def get_group_hyper(self, group, name):
+        return _check(capi.dsrt_engine_get_group_hyper(self.handle, int(group), name))
+
+    def group_lr(self, group):
+        """The lr the group used at the last boundary step (before the first: the one it will use)."""
+        return _check(capi.dsrt_engine_group_lr(self.handle, int(group)))
+
+    # -- host-driven accumulation boundaries ---------------------------------------------------
+
+    def set_gradient_accumulation_boundary(self, is_boundary):
+        """True / False: the micro-step the next step() ends closes / does not close the window
+        (until changed); None: count gradient_accumulation_steps again (DeepSpeed's default)."""
+        mode = -1 if is_boundary is None else (1 if is_boundary else 0)
+        _check(capi.dsrt_engine_set_accumulation_boundary(self.handle, mode))
+
+    def set_scale_wrt_gas(self, enabled):
+        """False: do not divide the accumulated gradient by gradient_accumulation_steps (the host
+        scaled its loss); changed only between windows."""
+        _check(capi.dsrt_engine_set_scale_wrt_gas(self.handle, 1 if enabled else 0))
 
     @property
     def loss_scale(self):

@@ -1,32 +1,22 @@
 """The optimizer and lr_scheduler objects DeepSpeed's initialize() returns beside the engine:
 dsrt steps both inside engine.step(), so these only report and redirect."""
 
+import torch
+
 from . import _core
 from ._core import StateError
 
 
-class _OptimizerFacade:
-    """What DeepSpeed returns as the optimizer: param_groups with the current lr; dsrt steps it."""
+class _OptimizerFacade(torch.optim.Optimizer):
+    """What DeepSpeed returns as the optimizer: param_groups with the live values of dsrt's groups
+    (the lr the schedule gives the next step, or what the host's code wrote); a torch LR scheduler
+    may be built on it. dsrt steps it inside engine.step()."""
 
-    def __init__(self, engine):
+    def __init__(self, engine):  # noqa: super().__init__ would take the parameters over
         self._engine = engine
-        group = {"params": [p for _, p in engine._params], "lr": engine.get_lr()[0]}
-        for key, name in (("betas", "betas"), ("eps", "eps"), ("weight_decay", "weight_decay")):
-            try:
-                if key == "betas":
-                    group[key] = tuple(engine._config.get_number("optimizer.params.betas.%d" % i) for i in (0, 1))
-                else:
-                    group[key] = engine._config.get_number("optimizer.params." + name)
-            except _core.Error:
-                pass  # an optimizer without it
-        self.param_groups = [group]
-
-    def _follow_schedule(self):
-        """After each boundary: the lr the schedule gives the next step, as DeepSpeed's scheduler
-        writes it into the optimizer's param_groups (the HF Trainer and user code read it there)."""
-        lr = self._engine.get_lr()[0]
-        for group in self.param_groups:
-            group["lr"] = lr
+        self.defaults = {}
+        self.state = {}
+        self.param_groups = engine._groups.param_groups
 
     @property
     def overflow(self):

@@ -21,7 +21,7 @@ import os
 
 import torch
 
-from . import _auto, _core, _monitors
+from . import _auto, _core, _groups_front, _monitors
 from ._checkpoint_front import CheckpointMixin
 from ._model_state import ModelStateMixin
 from ._core import Comm, Config, Engine
@@ -61,7 +61,7 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, ModelStateMixin, torch.nn.Module):
     the whole module; they stay whole on every rank, held by the front: dsrt's C engine has no
     tensor without optimizer states, and registering them would run weight decay on them."""
 
-    def __init__(self, model, model_parameters, config, comm):
+    def __init__(self, model, model_parameters, config, comm, optimizer=None):
         super().__init__()
         self.module = model
         self._comm = comm
@@ -72,8 +72,20 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, ModelStateMixin, torch.nn.Module):
         self._timed = bool(config.get_number("wall_clock_breakdown"))
         self.stage = int(config.get_number("zero_optimization.stage"))
         self.gradient_accumulation_steps_ = int(config.get_number("gradient_accumulation_steps"))
+        # Parameter groups: model_parameters dicts or the client optimizer's param_groups (_groups_front).
+        if model_parameters is not None and not isinstance(model_parameters, (list, tuple)):
+            model_parameters = list(model_parameters)  # a generator is read twice below
+        groups = _groups_front.groups_of(model_parameters, optimizer)
         wanted = None
-        if model_parameters is not None:
+        group_of = {}
+        if groups is not None:
+            for g, group in enumerate(groups):
+                for p in group["params"]:
+                    group_of.setdefault(id(p), g)
+            wanted = set(group_of)
+            for _ in range(len(groups) - 1):
+                self._engine.add_group()
+        elif model_parameters is not None:
             wanted = {id(p) for p in model_parameters}
         self._params = []  # (dsrt Tensor, param) of the trained parameters
         self._frozen = []  # (name, param) of the others
@@ -87,8 +99,34 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, ModelStateMixin, torch.nn.Module):
                 continue
             init = param.detach().to(torch.float32).contiguous().cpu().numpy()
             tensor = self._engine.add_param(name, shape=tuple(param.shape), init=init)
+            if group_of.get(id(param), 0):
+                tensor.group = group_of[id(param)]
             self._params.append((tensor, param))
+        kind = config.get_string("optimizer.type").lower() if _has_optimizer(config) else "adamw"
+        scheduled = _has_section(config, "scheduler")
+        if groups is None:
+            groups = [{"params": [p for _, p in self._params]}]
+        self._groups = _groups_front.GroupSync(self._engine, kind, groups, scheduled)
+        self._groups.push(initial=True)
         self._engine.build()
+        # Every value the optimizer uses is shown (live) in param_groups, the config's included.
+        for g, group in enumerate(groups):
+            for key in _groups_front._KEYS.get(kind, ("lr", "weight_decay")):
+                if key in group:
+                    continue
+                if key == "betas":
+                    group[key] = (self._engine.get_group_hyper(g, "beta1"), self._engine.get_group_hyper(g, "beta2"))
+                elif key == "nesterov":
+                    group[key] = bool(self._engine.get_group_hyper(g, "nesterov"))
+                else:
+                    group[key] = self._engine.get_group_hyper(g, key)
+        self._groups.push(initial=True)
+        if scheduled:
+            self._groups.write_schedule()
+        self._client_scheduler = None
+        self._source_optimizer = optimizer
+        self._host_boundary = None
+        self._scale_wrt_gas = True
         self.dtype = torch.bfloat16 if _enabled(config, "bf16") else torch.float16 if _enabled(
             config, "fp16") else torch.float32
         self._by_param = {id(p): t for t, p in self._params}
@@ -123,6 +161,7 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, ModelStateMixin, torch.nn.Module):
             grad = param.grad
             if grad is None:
                 return
+            self._groups.begin_window()  # param_groups as the host's code left them
             view = tensor.grad().torch()
             view.add_(grad.to(view.dtype))
             param.grad = None
@@ -157,14 +196,32 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, ModelStateMixin, torch.nn.Module):
             self._release_to(held)
             raise
 
-    def backward(self, loss, retain_graph=False):
+    def backward(self, loss, retain_graph=False, scale_wrt_gas=True):
         """Backward of loss * loss_scale; gradients flow into dsrt as autograd produces them.
-        Returns the loss divided by gradient_accumulation_steps, as DeepSpeed does."""
+        Returns the loss divided by gradient_accumulation_steps, as DeepSpeed does. With
+        scale_wrt_gas=False (the host divided its loss itself) dsrt does not divide the window's
+        gradient by gradient_accumulation_steps; it may change only between windows. Several
+        backward calls per step() call accumulate into the same window."""
+        if not self._groups.window_open:
+            self._engine.set_scale_wrt_gas(scale_wrt_gas)
+        elif bool(scale_wrt_gas) != self._scale_wrt_gas:
+            raise _core.StateError(_core.capi.DSRT_ERR_STATE,
+                                   "backward(scale_wrt_gas=%s) inside an accumulation window that began with %s; "
+                                   "keep it the same for every micro-step of a window" % (scale_wrt_gas,
+                                                                                          self._scale_wrt_gas))
+        self._scale_wrt_gas = bool(scale_wrt_gas)
+        self._groups.begin_window()
         scale = self._engine.loss_scale
         self._engine.report_loss(loss.detach().float().mean().item())  # the monitors' train_loss
         with _monitors.timed(self._engine, _core.capi.DSRT_HOST_BACKWARD, self._timed):
             (loss.float() * scale).backward(retain_graph=retain_graph)
-        return loss.detach() / self.gradient_accumulation_steps_
+        return loss.detach() / self.gradient_accumulation_steps_ if scale_wrt_gas else loss.detach()
+
+    def set_gradient_accumulation_boundary(self, is_boundary):
+        """DeepSpeed's call: whether the micro-step the next step() ends closes the accumulation
+        window (True / False, kept until changed). The host then decides every window's length."""
+        self._engine.set_gradient_accumulation_boundary(bool(is_boundary))
+        self._host_boundary = bool(is_boundary)
 
     def step(self):
         """After every micro-step; the optimizer runs at the gradient-accumulation boundary."""
@@ -173,15 +230,27 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, ModelStateMixin, torch.nn.Module):
             self._last_boundary = self.last_step
             if self._monitors.enabled:
                 self._monitors.write(self._engine.events())
-            if self._optimizer_facade is not None:
-                self._optimizer_facade._follow_schedule()
+            self._groups.after_boundary()
+            # A client LR scheduler steps after every applied optimizer step, as in DeepSpeed's
+            # engine; the lr it writes reaches dsrt before the next window's first gradient.
+            if not self.last_step.overflow:
+                # Count the step on the optimizers a torch scheduler watches (torch warns when a
+                # scheduler steps before its optimizer ever did).
+                for opt in (self._source_optimizer, self._optimizer_facade):
+                    if opt is not None and hasattr(opt, "_step_count"):
+                        opt._step_count += 1
+                if self._client_scheduler is not None:
+                    self._client_scheduler.step()
         self._micro_steps += 1
         if self.stage == 3:
             self._release_to({})  # parameters gathered for a backward that never reached them
         return self.last_step
 
     def is_gradient_accumulation_boundary(self):
-        """True when the next engine.step() ends an accumulation window."""
+        """True when the next engine.step() ends an accumulation window (the host's word once it
+        called set_gradient_accumulation_boundary)."""
+        if self._host_boundary is not None:
+            return self._host_boundary
         return (self._micro_steps + 1) % self.gradient_accumulation_steps_ == 0
 
     @property
@@ -193,7 +262,8 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, ModelStateMixin, torch.nn.Module):
         return self._engine.loss_scale
 
     def get_lr(self):
-        return [self._engine.lr]
+        """The lr of every parameter group, as DeepSpeed's get_lr."""
+        return [float(group["lr"]) for group in self._groups.param_groups]
 
     @property
     def world_size(self):
@@ -325,25 +395,28 @@ def _config_from(args, config, config_params, optimizer):
 
 
 def _optimizer_section(optimizer):
-    """The config section a torch optimizer stands for: Adam (L2 weight decay, as torch's Adam
-    applies it) or AdamW; dsrt steps it itself, with one hyperparameter group."""
-    kinds = {torch.optim.AdamW: ("AdamW", {}), torch.optim.Adam: ("Adam", {"adam_w_mode": False})}
+    """The config section a torch optimizer stands for (its type, and param_groups[0]'s values as
+    the defaults); dsrt steps it itself, one dsrt group per param group (_groups_front)."""
+    kinds = {torch.optim.AdamW: ("AdamW", {}), torch.optim.Adam: ("Adam", {"adam_w_mode": False}),
+             torch.optim.SGD: ("SGD", {}), torch.optim.Adagrad: ("Adagrad", {})}
     kind = kinds.get(type(optimizer))
-    group = optimizer.param_groups[0]
-    if kind is None or group.get("amsgrad"):
+    if kind is None:
         raise _core.UnsupportedError(
             _core.capi.DSRT_ERR_UNSUPPORTED,
-            "dsrt steps its own optimizers: it takes a torch.optim.Adam or AdamW (without amsgrad) as the "
+            "dsrt steps its own optimizers: it takes a torch.optim.Adam, AdamW, SGD or Adagrad as the "
             "description of one, not %s; describe it in the config's \"optimizer\" section instead"
             % type(optimizer).__name__)
-    keys = ("lr", "betas", "eps", "weight_decay")
-    for other in optimizer.param_groups[1:]:
-        if any(other.get(k) != group.get(k) for k in keys):
-            raise _core.UnsupportedError(
-                _core.capi.DSRT_ERR_UNSUPPORTED,
-                "the optimizer's param_groups differ in lr, betas, eps or weight_decay; dsrt runs one group")
-    params = dict(kind[1], lr=group["lr"], betas=list(group["betas"]), eps=group["eps"],
-                  weight_decay=group["weight_decay"])
+    for index, group in enumerate(optimizer.param_groups):
+        _groups_front.dsrt_values(kind[0].lower(), group, index)  # refuses amsgrad, maximize, ...
+    group = optimizer.param_groups[0]
+    params = dict(kind[1], **{k: v for k, v in _groups_front.dsrt_values(kind[0].lower(), group, 0).items()
+                               if k not in ("beta1", "beta2", "nesterov")})
+    if "betas" in group:
+        params["betas"] = [float(b) for b in group["betas"]]
+    if "nesterov" in group:
+        params["nesterov"] = bool(group["nesterov"])
+    if kind[0] == "Adagrad":
+        params["initial_accumulator_value"] = float(group.get("initial_accumulator_value", 0.0))
     return {"type": kind[0], "params": params}
 
 
@@ -376,17 +449,20 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         optimizer = None
     if optimizer is not None:
         _optimizer_section(optimizer)  # refuses what dsrt cannot run
-    if lr_scheduler is not None:
-        raise _core.UnsupportedError(_core.capi.DSRT_ERR_UNSUPPORTED,
-                                     "dsrt runs DeepSpeed's schedules: describe it in the config's \"scheduler\" "
-                                     "section instead of passing a torch scheduler")
     cfg = _config_from(args, config, config_params, optimizer)
+    if lr_scheduler is not None and _has_section(cfg, "scheduler"):
+        raise _core.ConfigError(_core.capi.DSRT_ERR_CONFIG,
+                                "a torch lr_scheduler was passed and the config has a \"scheduler\" section; both "
+                                "would drive the learning rate -- remove one of them")
     if comm is None:
         comm = _default_comm()
     drop_last = _flag(cfg, "dataloader_drop_last")
     _auto.resolve(cfg, model, comm.world_size, args=args, optimizer=optimizer, training_data=training_data,
                   drop_last=drop_last)
-    engine = DsrtEngine(model, model_parameters, cfg, comm)
+    if (optimizer is None and lr_scheduler is not None and not callable(lr_scheduler)
+            and getattr(lr_scheduler, "optimizer", None) is not None):
+        optimizer = lr_scheduler.optimizer  # the scheduler writes that optimizer's param_groups
+    engine = DsrtEngine(model, model_parameters, cfg, comm, optimizer=optimizer)
     for _, param in engine._params:
         param._dsrt_front = engine
     dataloader = None
@@ -397,7 +473,27 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
             training_data, batch_size=int(cfg.get_number("train_micro_batch_size_per_gpu")), sampler=sampler,
             collate_fn=collate_fn, drop_last=drop_last)
     engine._optimizer_facade = _OptimizerFacade(engine)
-    return engine, engine._optimizer_facade, dataloader, _SchedulerFacade(engine)
+    scheduler = _SchedulerFacade(engine)
+    if lr_scheduler is not None:
+        # A scheduler instance, or DeepSpeed's callable form that builds one on the optimizer returned.
+        if callable(lr_scheduler) and not hasattr(lr_scheduler, "step"):
+            lr_scheduler = lr_scheduler(engine._optimizer_facade)
+        engine._client_scheduler = scheduler = lr_scheduler
+        if (getattr(lr_scheduler, "optimizer", None) is not None
+                and lr_scheduler.optimizer.param_groups is not engine._groups.param_groups):
+            raise _core.InvalidArgumentError(
+                _core.capi.DSRT_ERR_INVALID_ARGUMENT,
+                "lr_scheduler drives an optimizer whose param_groups dsrt does not follow; build it on the client "
+                "optimizer passed as optimizer= (or on the optimizer initialize returns)")
+    return engine, engine._optimizer_facade, dataloader, scheduler
+
+
+def _has_section(config, section):
+    return section in config.to_dict()
+
+
+def _has_optimizer(config):
+    return _has_section(config, "optimizer")
 
 
 def _flag(config, key):

@@ -26,7 +26,9 @@ export add_param!, build!, step!, loss_scale, global_step, lr, tensors, memory, 
        read_fp32, write_fp32!, save_checkpoint, load_checkpoint!, save_16bit_model, set_client_state!,
        client_state, tensor_names, tensor_shape, read_tensor, export_safetensors, rank, world_size,
        barrier, set_number!, set_string!, set_bool!, set_hidden_size!, set_world_size!, get_number,
-       get_string, to_json, unresolved, warnings, numel, name, has_feature
+       get_string, to_json, unresolved, warnings, numel, name, has_feature, add_group!, num_groups,
+       set_group!, group, set_group_hyper!, group_hyper, group_lr, set_gradient_accumulation_boundary!,
+       set_scale_wrt_gas!
 
 # ---- errors: the one place statuses are checked ---------------------------------------------------
 """A failed dsrt call: `code` (DSRT_ERR_*), the C function, and the library's detailed message."""
@@ -233,11 +235,22 @@ struct MemoryStats
     buffers::NTuple{3,UInt64}
 end
 
-"""    Engine(config; comm = nothing)  — the config is copied; the engine keeps the comm alive."""
-function Engine(config::Config; comm::Union{Comm,Nothing} = nothing)
+"""    Engine(config; comm = nothing, device = nothing)  — the config is copied; the engine keeps
+the comm alive. `device` names where the states live, whatever DSRT_DEVICE says: `:cpu`, `:cuda`
+(GPU local rank % visible GPUs) or `(:cuda, ordinal)`; `nothing`: DSRT_DEVICE, else automatic."""
+function Engine(config::Config; comm::Union{Comm,Nothing} = nothing, device = nothing)
     out = Ref{Ptr{L.dsrt_engine}}(C_NULL)
     cptr = comm === nothing ? Ptr{L.dsrt_comm}(C_NULL) : Base.unsafe_convert(Ptr{L.dsrt_comm}, comm)
-    GC.@preserve comm check(L.dsrt_engine_create(config, cptr, out), :dsrt_engine_create)
+    if device === nothing
+        GC.@preserve comm check(L.dsrt_engine_create(config, cptr, out), :dsrt_engine_create)
+    else
+        kind, index = device === :cpu ? (L.DSRT_DEVICE_CPU, 0) : device === :cuda ? (L.DSRT_DEVICE_CUDA, -1) :
+                      (device isa Tuple && device[1] === :cuda) ? (L.DSRT_DEVICE_CUDA, Int(device[2])) :
+                      binding_error(L.DSRT_ERR_INVALID_ARGUMENT, :Engine, "device must be :cpu, :cuda or (:cuda, n)")
+        opts = Ref(L.dsrt_engine_options(UInt64(sizeof(L.dsrt_engine_options)), Int32(kind), Int32(index)))
+        GC.@preserve comm check(L.dsrt_engine_create_with_options(config, cptr, opts, out),
+                                :dsrt_engine_create_with_options)
+    end
     return Engine(out[])
 end
 
@@ -309,6 +322,52 @@ function lr(e::Engine)
     check(L.dsrt_engine_get_lr(e, out), :dsrt_engine_get_lr)
     return out[]
 end
+
+# ---- parameter groups and host-driven hyperparameters / boundaries --------------------------------
+"""Add a parameter group (before build) with the config's optimizer values, then the given ones
+(`add_group!(e; lr=1e-3, weight_decay=0.0)`); returns its index (1, 2, ...)."""
+function add_group!(e::Engine; hyper...)
+    out = Ref{Int32}(0)
+    check(L.dsrt_engine_add_group(e, out), :dsrt_engine_add_group)
+    for (name, value) in hyper
+        set_group_hyper!(e, out[], String(name), value)
+    end
+    return Int(out[])
+end
+
+num_groups(e::Engine) = Int(L.dsrt_engine_num_groups(e))
+
+"""Put a tensor in a parameter group (before build)."""
+set_group!(t::Tensor, g::Integer) = check(L.dsrt_tensor_set_group(t, Int32(g)), :dsrt_tensor_set_group)
+group(t::Tensor) = Int(L.dsrt_tensor_group(t))
+
+"""Set one hyperparameter of a group ("lr", "weight_decay", "beta1", "beta2", "eps", "momentum",
+"dampening", "nesterov", "max_coeff", "min_coeff"): before build or between accumulation windows."""
+set_group_hyper!(e::Engine, group::Integer, name::AbstractString, value::Real) =
+    check(L.dsrt_engine_set_group_hyper(e, Int32(group), name, Float64(value)), :dsrt_engine_set_group_hyper)
+
+function group_hyper(e::Engine, group::Integer, name::AbstractString)
+    out = Ref{Float64}(0)
+    check(L.dsrt_engine_get_group_hyper(e, Int32(group), name, out), :dsrt_engine_get_group_hyper)
+    return out[]
+end
+
+"""The lr a group used at the last boundary step (before the first: the one it will use)."""
+function group_lr(e::Engine, group::Integer)
+    out = Ref{Float64}(0)
+    check(L.dsrt_engine_group_lr(e, Int32(group), out), :dsrt_engine_group_lr)
+    return out[]
+end
+
+"""`true` / `false`: the micro-step the next `step!` ends closes / does not close the window
+(until changed); `nothing`: count gradient_accumulation_steps (DeepSpeed's default)."""
+set_gradient_accumulation_boundary!(e::Engine, is_boundary::Union{Bool,Nothing}) =
+    check(L.dsrt_engine_set_accumulation_boundary(e, Int32(is_boundary === nothing ? -1 : is_boundary ? 1 : 0)),
+          :dsrt_engine_set_accumulation_boundary)
+
+"""`false`: do not divide the accumulated gradient by gradient_accumulation_steps (the host scaled its loss)."""
+set_scale_wrt_gas!(e::Engine, enabled::Bool) =
+    check(L.dsrt_engine_set_scale_wrt_gas(e, Int32(enabled ? 1 : 0)), :dsrt_engine_set_scale_wrt_gas)
 
 function tensors(e::Engine)
     n = L.dsrt_engine_num_tensors(e)

@@ -68,6 +68,7 @@ const DSRT_F16 = 1
 const DSRT_BF16 = 2
 const DSRT_DEVICE_CPU = 0
 const DSRT_DEVICE_CUDA = 1
+const DSRT_DEVICE_DEFAULT = -1
 const DSRT_LOC_DEVICE = 0
 const DSRT_LOC_HOST = 1
 const DSRT_LOC_NVME = 2
@@ -82,6 +83,12 @@ struct dsrt_step_result
     grad_norm::Float64
     lr::Float64
     loss_scale::Float64
+end
+
+struct dsrt_engine_options
+    struct_size::UInt64
+    device_type::Int32
+    device_index::Int32
 end
 
 struct dsrt_memory_stats
@@ -145,6 +152,9 @@ dsrt_comm_destroy(comm) = ccall((:dsrt_comm_destroy, libdsrt), Cvoid, (Ptr{dsrt_
 dsrt_engine_create(config, comm, out) =
     ccall((:dsrt_engine_create, libdsrt), dsrt_status, (Ptr{dsrt_config}, Ptr{dsrt_comm}, Ptr{Ptr{dsrt_engine}}),
           config, comm, out)
+dsrt_engine_create_with_options(config, comm, options, out) =
+    ccall((:dsrt_engine_create_with_options, libdsrt), dsrt_status,
+          (Ptr{dsrt_config}, Ptr{dsrt_comm}, Ptr{dsrt_engine_options}, Ptr{Ptr{dsrt_engine}}), config, comm, options, out)
 dsrt_engine_add_param(engine, name, shape, ndim, init, out) =
     ccall((:dsrt_engine_add_param, libdsrt), dsrt_status,
           (Ptr{dsrt_engine}, Cstring, Ptr{Int64}, Int32, Ptr{Float32}, Ptr{Ptr{dsrt_tensor}}),
@@ -225,5 +235,25 @@ dsrt_checkpoint_export_safetensors(ckpt, path, dtype) =
 dsrt_checkpoint_close(ckpt) = ccall((:dsrt_checkpoint_close, libdsrt), Cvoid, (Ptr{dsrt_checkpoint},), ckpt)
 
 dsrt_engine_destroy(engine) = ccall((:dsrt_engine_destroy, libdsrt), Cvoid, (Ptr{dsrt_engine},), engine)
+
+# ---- parameter groups, host-driven hyperparameters and boundaries -----------------------------------
+dsrt_engine_add_group(engine, out) =
+    ccall((:dsrt_engine_add_group, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Ptr{Int32}), engine, out)
+dsrt_engine_num_groups(engine) = ccall((:dsrt_engine_num_groups, libdsrt), Int32, (Ptr{dsrt_engine},), engine)
+dsrt_tensor_set_group(tensor, group) =
+    ccall((:dsrt_tensor_set_group, libdsrt), dsrt_status, (Ptr{dsrt_tensor}, Int32), tensor, group)
+dsrt_tensor_group(tensor) = ccall((:dsrt_tensor_group, libdsrt), Int32, (Ptr{dsrt_tensor},), tensor)
+dsrt_engine_set_group_hyper(engine, group, name, value) =
+    ccall((:dsrt_engine_set_group_hyper, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Int32, Cstring, Float64),
+          engine, group, name, value)
+dsrt_engine_get_group_hyper(engine, group, name, out) =
+    ccall((:dsrt_engine_get_group_hyper, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Int32, Cstring, Ptr{Float64}),
+          engine, group, name, out)
+dsrt_engine_group_lr(engine, group, out) =
+    ccall((:dsrt_engine_group_lr, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Int32, Ptr{Float64}), engine, group, out)
+dsrt_engine_set_accumulation_boundary(engine, is_boundary) =
+    ccall((:dsrt_engine_set_accumulation_boundary, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Int32), engine, is_boundary)
+dsrt_engine_set_scale_wrt_gas(engine, enabled) =
+    ccall((:dsrt_engine_set_scale_wrt_gas, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Int32), engine, enabled)
 
 end # module LibDsrt

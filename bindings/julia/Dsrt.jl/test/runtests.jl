@@ -167,6 +167,41 @@ end
     rm(dir; recursive = true, force = true)
 end
 
+@testset "parameter groups, host learning rates and boundaries" begin
+    cfg = Config("""{"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2,
+                    "optimizer": {"type": "SGD", "params": {"lr": 0.1}}}""")
+    e = Engine(cfg; device = :cpu)
+    w = add_param!(e, "w", [3]; init = Float32[1, 2, 3])
+    b = add_param!(e, "b", [1]; init = Float32[0.5])
+    g = add_group!(e; lr = 0.01)
+    @test g == 1 && num_groups(e) == 2
+    set_group!(b, g)
+    @test group(b) == 1 && group(w) == 0
+    @test_throws DsrtError set_group_hyper!(e, 5, "lr", 0.1)
+    @test_throws DsrtError set_group_hyper!(e, 0, "lr", -1.0)
+    build!(e)
+    set_scale_wrt_gas!(e, false)
+    expect_w, expect_b = [1.0, 2.0, 3.0], 0.5
+    for micro in 1:2  # one window of two micro-steps, closed by the host after the second
+        set_gradient_accumulation_boundary!(e, micro == 2)
+        grad!(w) do gw
+            gw .= Float32[0.5, -1, 2]
+        end
+        grad!(b) do gb
+            gb .= Float32[4]
+        end
+        r = step!(e)
+        @test r.boundary == (micro == 2)
+        expect_w -= 0.1 * [0.5, -1, 2]
+        expect_b -= 0.01 * 4
+    end
+    @test isapprox(read_fp32(w), expect_w; rtol = 1e-6)
+    @test isapprox(read_fp32(b)[1], expect_b; rtol = 1e-6)
+    @test group_lr(e, 1) == 0.01 && group_hyper(e, 1, "lr") == 0.01
+    set_gradient_accumulation_boundary!(e, nothing)
+    close(e)
+end
+
 @testset "two ranks under mpirun" begin
     mpirun = Sys.which("mpirun")
     if mpirun === nothing

@@ -79,6 +79,27 @@ pub struct dsrt_step_result {
     pub loss_scale: f64,
 }
 
+/// Engine options (dsrt_engine_create_with_options).
+pub const DSRT_DEVICE_DEFAULT: i32 = -1;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct dsrt_engine_options {
+    pub struct_size: u64,
+    pub device_type: i32,
+    pub device_index: i32,
+}
+
+impl Default for dsrt_engine_options {
+    fn default() -> Self {
+        dsrt_engine_options {
+            struct_size: std::mem::size_of::<dsrt_engine_options>() as u64,
+            device_type: DSRT_DEVICE_DEFAULT,
+            device_index: -1,
+        }
+    }
+}
+
 impl Default for dsrt_step_result {
     fn default() -> Self {
         dsrt_step_result {
@@ -197,4 +218,19 @@ extern "C" {
     pub fn dsrt_checkpoint_close(ckpt: *mut dsrt_checkpoint);
 
     pub fn dsrt_engine_destroy(engine: *mut dsrt_engine);
+
+    pub fn dsrt_engine_create_with_options(config: *const dsrt_config, comm: *mut dsrt_comm,
+                                           options: *const dsrt_engine_options,
+                                           out: *mut *mut dsrt_engine) -> dsrt_status;
+    pub fn dsrt_engine_add_group(engine: *mut dsrt_engine, out: *mut i32) -> dsrt_status;
+    pub fn dsrt_engine_num_groups(engine: *const dsrt_engine) -> i32;
+    pub fn dsrt_tensor_set_group(tensor: *mut dsrt_tensor, group: i32) -> dsrt_status;
+    pub fn dsrt_tensor_group(tensor: *const dsrt_tensor) -> i32;
+    pub fn dsrt_engine_set_group_hyper(engine: *mut dsrt_engine, group: i32, name: *const c_char,
+                                       value: f64) -> dsrt_status;
+    pub fn dsrt_engine_get_group_hyper(engine: *const dsrt_engine, group: i32, name: *const c_char,
+                                       out: *mut f64) -> dsrt_status;
+    pub fn dsrt_engine_group_lr(engine: *const dsrt_engine, group: i32, out: *mut f64) -> dsrt_status;
+    pub fn dsrt_engine_set_accumulation_boundary(engine: *mut dsrt_engine, is_boundary: i32) -> dsrt_status;
+    pub fn dsrt_engine_set_scale_wrt_gas(engine: *mut dsrt_engine, enabled: i32) -> dsrt_status;
 }

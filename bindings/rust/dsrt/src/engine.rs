@@ -101,6 +101,26 @@ impl Engine {
         Ok(Engine { raw: NonNull::new(out).expect("dsrt_engine_create returned OK and NULL"), views: Default::default() })
     }
 
+    /// An engine on the device the host names, whatever DSRT_DEVICE says: `Device { kind:
+    /// DeviceType::Cpu, .. }`, or `DeviceType::Cuda` with a CUDA ordinal (-1: local rank % GPUs).
+    pub fn new_on(config: &Config, comm: Option<&Comm>, device: Device) -> Result<Engine> {
+        const F: &str = "dsrt_engine_create_with_options";
+        let mut options = sys::dsrt_engine_options::default();
+        match device.kind {
+            DeviceType::Cpu => options.device_type = sys::DSRT_DEVICE_CPU as i32,
+            DeviceType::Cuda => {
+                options.device_type = sys::DSRT_DEVICE_CUDA as i32;
+                options.device_index = device.index;
+            }
+            DeviceType::Other(kind) => options.device_type = kind,
+        }
+        let mut out = ptr::null_mut();
+        let comm_ptr = comm.map_or(ptr::null_mut(), Comm::as_ptr);
+        check(unsafe { sys::dsrt_engine_create_with_options(config.as_ptr(), comm_ptr, &options, &mut out) }, F)?;
+        Ok(Engine { raw: NonNull::new(out).expect("dsrt_engine_create_with_options returned OK and NULL"),
+                    views: Default::default() })
+    }
+
     /// Registers a parameter: `init` is the full fp32 value (row-major, identical on every rank),
     /// or None for zeros.
     pub fn add_param(&self, name: &str, shape: &[i64], init: Option<&[f32]>) -> Result<Tensor<'_>> {
@@ -187,6 +207,59 @@ impl Engine {
         let mut v = 0.0;
         check(unsafe { sys::dsrt_engine_get_lr(self.raw.as_ptr(), &mut v) }, "dsrt_engine_get_lr")?;
         Ok(v)
+    }
+
+    /// Add a parameter group (before build); its values start as the config's optimizer
+    /// section. Returns its index (1, 2, ...).
+    pub fn add_group(&self) -> Result<i32> {
+        let mut g = 0i32;
+        check(unsafe { sys::dsrt_engine_add_group(self.raw.as_ptr(), &mut g) }, "dsrt_engine_add_group")?;
+        Ok(g)
+    }
+
+    /// 1 + the groups added.
+    pub fn num_groups(&self) -> usize {
+        unsafe { sys::dsrt_engine_num_groups(self.raw.as_ptr()) }.max(0) as usize
+    }
+
+    /// Set one hyperparameter of a group ("lr", "weight_decay", "beta1", "beta2", "eps",
+    /// "momentum", "dampening", "nesterov", "max_coeff", "min_coeff"): before build or between
+    /// accumulation windows. The value is used from the next boundary step on.
+    pub fn set_group_hyper(&self, group: i32, name: &str, value: f64) -> Result<()> {
+        let name = c_string(name, "dsrt_engine_set_group_hyper")?;
+        check(unsafe { sys::dsrt_engine_set_group_hyper(self.raw.as_ptr(), group, name.as_ptr(), value) },
+              "dsrt_engine_set_group_hyper")
+    }
+
+    /// The value of a group's hyperparameter in force for the next boundary step.
+    pub fn group_hyper(&self, group: i32, name: &str) -> Result<f64> {
+        let name = c_string(name, "dsrt_engine_get_group_hyper")?;
+        let mut v = 0.0;
+        check(unsafe { sys::dsrt_engine_get_group_hyper(self.raw.as_ptr(), group, name.as_ptr(), &mut v) },
+              "dsrt_engine_get_group_hyper")?;
+        Ok(v)
+    }
+
+    /// The lr the group used at the last boundary step (before the first: the one it will use).
+    pub fn group_lr(&self, group: i32) -> Result<f64> {
+        let mut v = 0.0;
+        check(unsafe { sys::dsrt_engine_group_lr(self.raw.as_ptr(), group, &mut v) }, "dsrt_engine_group_lr")?;
+        Ok(v)
+    }
+
+    /// `Some(true)`: the micro-step the next `step()` ends closes the accumulation window;
+    /// `Some(false)`: it does not (until changed); `None`: count gradient_accumulation_steps.
+    pub fn set_gradient_accumulation_boundary(&self, is_boundary: Option<bool>) -> Result<()> {
+        let mode = match is_boundary { None => -1, Some(true) => 1, Some(false) => 0 };
+        check(unsafe { sys::dsrt_engine_set_accumulation_boundary(self.raw.as_ptr(), mode) },
+              "dsrt_engine_set_accumulation_boundary")
+    }
+
+    /// `false`: do not divide the accumulated gradient by gradient_accumulation_steps (the host
+    /// scaled its loss). Changed only between windows.
+    pub fn set_scale_wrt_gas(&self, enabled: bool) -> Result<()> {
+        check(unsafe { sys::dsrt_engine_set_scale_wrt_gas(self.raw.as_ptr(), enabled as i32) },
+              "dsrt_engine_set_scale_wrt_gas")
     }
 
     pub fn num_tensors(&self) -> usize {

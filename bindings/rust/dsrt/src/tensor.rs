@@ -78,6 +78,16 @@ impl<'e> Tensor<'e> {
         unsafe { sys::dsrt_tensor_numel(self.raw.as_ptr()) }.max(0) as usize
     }
 
+    /// The parameter group this tensor belongs to (0 unless set before build).
+    pub fn group(&self) -> i32 {
+        unsafe { sys::dsrt_tensor_group(self.raw.as_ptr()) }
+    }
+
+    /// Put the tensor in a parameter group (before build).
+    pub fn set_group(&self, group: i32) -> Result<()> {
+        check(unsafe { sys::dsrt_tensor_set_group(self.raw.as_ptr(), group) }, "dsrt_tensor_set_group")
+    }
+
     /// The full fp32 master value, gathered (collective under ZeRO: every rank calls it).
     pub fn read_fp32(&self) -> Result<Vec<f32>> {
         let mut v = vec![0f32; self.numel()];
