@@ -280,9 +280,6 @@ def test_gradient_accumulation(tmp_path, standin):
     assert_close(losses(out), losses(plain_out), "zero2 losses with 2 micro-steps per step")
 
 
-@pytest.mark.xfail(reason="needs parameter groups and host-driven learning rates in dsrt (the 'host in charge' "
-                          "issue): the Trainer's own AdamW has two groups (weight decay and none) and its "
-                          "lr_scheduler_type is a torch scheduler", raises=AssertionError, strict=False)
 def test_trainers_own_two_group_adamw_and_schedule(tmp_path, standin):
     plain_out = tmp_path / "plain"
     run(plain_out, "--weight_decay", "0.1")
