@@ -25,7 +25,7 @@
 
 #include "comm/comm.h"
 #include "comm/mpi_runtime.h"
-#include "comm/tcp_comm.h"
+#include "comm/gloo/gloo_comm.h"
 #include "util/aligned_buffer.h"
 #include "util/half.h"
 
