@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "comm/comm.h"
-#include "comm/mpi_runtime.h"
+#include "comm/mpi/mpi_runtime.h"
 #include "comm/gloo/gloo_comm.h"
 #include "util/aligned_buffer.h"
 #include "util/half.h"

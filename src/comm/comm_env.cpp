@@ -12,9 +12,9 @@
 
 #include "comm/comm.h"
 #include "comm/comm_checks.h"
-#include "comm/mpi_comm.h"
-#include "comm/nccl_comm.h"
-#include "comm/staged_comm.h"
+#include "comm/mpi/mpi_comm.h"
+#include "comm/nccl/nccl_comm.h"
+#include "comm/staged/staged_comm.h"
 #include "comm/gloo/gloo_comm.h"
 #include "comm/tcp_rendezvous.h"
 #include "device/cuda_device.h"

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "comm/device_comm.h"
-#include "comm/staged_comm.h"
+#include "comm/staged/staged_comm.h"
 #include "device/device_select.h"
 #include "optim/cpu_optimizer.h"
 #include "util/half.h"

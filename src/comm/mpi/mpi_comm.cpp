@@ -1,6 +1,6 @@
 // defines: MpiComm (collectives over MPI non-blocking calls, polled on the shared queue of
 // queued_comm.h) and mpi_comm_create_world.
-#include "comm/mpi_comm.h"
+#include "comm/mpi/mpi_comm.h"
 
 #ifdef DSRT_HAVE_MPI
 #include <algorithm>
@@ -13,8 +13,8 @@
 
 #include "comm/comm_checks.h"
 #include "comm/queued_comm.h"
-#include "comm/mpi_exchange.h"
-#include "comm/mpi_runtime.h"
+#include "comm/mpi/mpi_exchange.h"
+#include "comm/mpi/mpi_runtime.h"
 #include "comm/reduce_kernels.h"
 #include "util/half.h"
 #include "util/log.h"
