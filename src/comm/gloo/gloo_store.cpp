@@ -81,7 +81,11 @@ Status RendezvousStore::wait_for(const std::vector<std::string> &keys, Clock::ti
       return Error(DSRT_ERR_COMM, "rendezvous: no rank published the key '%s' of Gloo's bootstrap within the "
                    "timeout (a rank failed while connecting; see its own error)", missing->c_str());
     bool all_done = false;
-    DSRT_RETURN_IF_ERROR(round(false, &all_done));
+    Status status = round(false, deadline, &all_done);
+    if (!status.ok() && Clock::now() + std::chrono::milliseconds(50) >= deadline)  // ms rounding in the poll
+      return Error(DSRT_ERR_COMM, "rendezvous: no rank published the key '%s' of Gloo's bootstrap within the "
+                   "timeout (%s)", missing->c_str(), status.message().c_str());
+    DSRT_RETURN_IF_ERROR(status);
     if (all_done)
       return Error(DSRT_ERR_COMM, "rendezvous: every other rank finished Gloo's bootstrap without publishing the key "
                    "'%s' this rank waits for (ranks of different dsrt versions?)", missing->c_str());
@@ -90,11 +94,11 @@ Status RendezvousStore::wait_for(const std::vector<std::string> &keys, Clock::ti
 
 Status RendezvousStore::finish() {
   if (!error_.ok()) return error_;
-  for (bool all_done = false; !all_done;) DSRT_RETURN_IF_ERROR(round(true, &all_done));
+  for (bool all_done = false; !all_done;) DSRT_RETURN_IF_ERROR(round(true, deadline_, &all_done));
   return Status::Ok();
 }
 
-Status RendezvousStore::round(bool done, bool *all_done) {
+Status RendezvousStore::round(bool done, Clock::time_point deadline, bool *all_done) {
   std::string mine(kTag, kTagBytes);
   mine.push_back(done ? '1' : '0');
   put_u64(&mine, token_);
@@ -106,7 +110,8 @@ Status RendezvousStore::round(bool done, bool *all_done) {
     mine.append(entry.second.data(), entry.second.size());
   }
   RendezvousOptions options = options_;
-  options.timeout_s = std::max(1e-3, std::chrono::duration<double>(deadline_ - Clock::now()).count());
+  options.timeout_s =
+      std::max(1e-3, std::chrono::duration<double>(std::min(deadline, deadline_) - Clock::now()).count());
   std::vector<std::string> all;
   DSRT_RETURN_IF_ERROR(tcp_rendezvous_all_gather(options, rank_, world_, mine, &all)
                            .with_context("exchanging the addresses of the tcp communicator (Gloo)"));

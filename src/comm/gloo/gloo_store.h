@@ -39,7 +39,7 @@ class RendezvousStore final : public gloo::rendezvous::Store {
   uint64_t token() const { return token_; }  // rank 0's, once a round has run
 
  private:
-  Status round(bool done, bool *all_done);
+  Status round(bool done, std::chrono::steady_clock::time_point deadline, bool *all_done);
   Status wait_for(const std::vector<std::string> &keys, std::chrono::steady_clock::time_point deadline);
   [[noreturn]] void fail(Status status);
 
