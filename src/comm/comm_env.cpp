@@ -1,6 +1,6 @@
 // defines: comm_create_from_env -- which launcher started this process, and the matching world:
 // MPI, NCCL bootstrapped over MPI or over a TCP rendezvous (torchrun), or MPI behind host staging
-// when ranks share a GPU, or TCP sockets between CPU hosts under torchrun.
+// when ranks share a GPU, or Gloo over TCP between CPU hosts under torchrun.
 // DSRT_COMM=auto|mpi|nccl|staged|tcp chooses.
 #include <unistd.h>
 
