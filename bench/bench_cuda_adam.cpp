@@ -29,6 +29,7 @@ int main() {
 #include <vector>
 
 #include "cuda/fused_optimizers.h"
+#include "optim/cpu_optimizer.h"
 #include "bench/bench_cuda_check.h"
 #include "device/cuda_device.h"
 #include "dsrt.h"

@@ -18,10 +18,15 @@
 #include <cstdint>
 
 #include "dsrt.h"
-#include "optim/cpu_optimizer.h"
 #include "util/status.h"
 
 namespace dsrt {
+
+// The CPU kernels' argument structs (src/optim/cpu_optimizer.h), by reference only: the launchers'
+// interface stays free of the optimizer layer and of the config; the .cu that reads them includes
+// their definitions.
+struct OptimizerHyper;
+struct OptimizerSlice;
 
 // Adam/AdamW, SGD, Adagrad and Lion over count slices (device pointers). INVALID_ARGUMENT as the
 // CPU version; every slice is checked before anything is enqueued.

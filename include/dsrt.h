@@ -48,8 +48,18 @@
 extern "C" {
 #endif
 
-#if defined(_WIN32)
+/* The export marker of every function below. Windows: dllexport while the library itself is built
+** (DSRT_BUILDING_LIBRARY, set by its build), dllimport for programs that use the DLL, nothing when
+** they link a static library (define DSRT_STATIC). Elsewhere: default visibility, since the library
+** is built with hidden visibility. */
+#if defined(_WIN32) || defined(__CYGWIN__)
+#if defined(DSRT_BUILDING_LIBRARY)
 #define DSRT_API __declspec(dllexport)
+#elif defined(DSRT_STATIC)
+#define DSRT_API
+#else
+#define DSRT_API __declspec(dllimport)
+#endif
 #elif defined(__GNUC__)
 #define DSRT_API __attribute__((visibility("default")))
 #else
@@ -299,6 +309,8 @@ typedef struct {
     double lr;            /* the learning rate this step used */
     double loss_scale;    /* the loss scale in force after this step */
 } dsrt_step_result;
+/* An initializer that sets struct_size and zeroes the rest: dsrt_step_result r = DSRT_STEP_RESULT_INIT; */
+#define DSRT_STEP_RESULT_INIT {sizeof(dsrt_step_result), 0, 0, 0, 0.0, 0.0, 0.0}
 
 /* Called after every micro-step, like DeepSpeed's engine.step(): tensors whose gradient was not
 ** signalled ready count as zero. At the accumulation boundary (every gradient_accumulation_steps-th
@@ -337,6 +349,8 @@ typedef struct {
     uint64_t optimizer_states[DSRT_NUM_LOCATIONS]; /* e.g. Adam's m and v */
     uint64_t buffers[DSRT_NUM_LOCATIONS];          /* buckets, prefetch and swap buffers */
 } dsrt_memory_stats;
+/* An initializer that sets struct_size and zeroes the rest: dsrt_memory_stats m = DSRT_MEMORY_STATS_INIT; */
+#define DSRT_MEMORY_STATS_INIT {sizeof(dsrt_memory_stats), {0}, {0}, {0}, {0}, {0}}
 DSRT_API dsrt_status dsrt_engine_memory(const dsrt_engine *engine, dsrt_memory_stats *out);
 
 /* ------------------------------------------------------------------------------------------------

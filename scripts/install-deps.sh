@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   liburing-dev libcjson-dev swig libopenmpi-dev openmpi-bin libgtest-dev libopenblas-dev
+  libgloo-dev
   python3-dev python3-venv python3-numpy python3-pytest python3-torch fio clang libclang-rt-14-dev
   cargo
 )

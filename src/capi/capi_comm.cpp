@@ -5,7 +5,7 @@
 #include "capi/guard.h"
 #include "capi/handles.h"
 #include "comm/comm.h"
-#include "comm/nccl_comm.h"
+#include "comm/nccl/nccl_comm.h"
 #include "dsrt.h"
 
 struct dsrt_comm {

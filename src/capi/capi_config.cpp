@@ -6,7 +6,7 @@
 #include "capi/handles.h"
 #include "config/config.h"
 #include "dsrt.h"
-#include "util/features.h"
+#include "capi/features.h"
 
 struct dsrt_config {
   std::unique_ptr<dsrt::Config> config;

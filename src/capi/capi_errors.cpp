@@ -6,7 +6,7 @@
 
 #include "capi/guard.h"
 #include "dsrt.h"
-#include "util/features.h"
+#include "capi/features.h"
 #include "util/log.h"
 
 namespace dsrt {

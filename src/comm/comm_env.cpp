@@ -1,6 +1,6 @@
 // defines: comm_create_from_env -- which launcher started this process, and the matching world:
 // MPI, NCCL bootstrapped over MPI or over a TCP rendezvous (torchrun), or MPI behind host staging
-// when ranks share a GPU, or TCP sockets between CPU hosts under torchrun.
+// when ranks share a GPU, or Gloo over TCP between CPU hosts under torchrun.
 // DSRT_COMM=auto|mpi|nccl|staged|tcp chooses.
 #include <unistd.h>
 
@@ -12,10 +12,10 @@
 
 #include "comm/comm.h"
 #include "comm/comm_checks.h"
-#include "comm/mpi_comm.h"
-#include "comm/nccl_comm.h"
-#include "comm/staged_comm.h"
-#include "comm/tcp_comm.h"
+#include "comm/mpi/mpi_comm.h"
+#include "comm/nccl/nccl_comm.h"
+#include "comm/staged/staged_comm.h"
+#include "comm/gloo/gloo_comm.h"
 #include "comm/tcp_rendezvous.h"
 #include "device/cuda_device.h"
 #include "util/log.h"
@@ -113,9 +113,10 @@ Status read_choice(Choice *out) {
   if (std::strcmp(text, "mpi") == 0) *out = Choice::Mpi;
   else if (std::strcmp(text, "nccl") == 0) *out = Choice::Nccl;
   else if (std::strcmp(text, "staged") == 0) *out = Choice::Staged;
-  else if (std::strcmp(text, "tcp") == 0) *out = Choice::Tcp;
+  else if (std::strcmp(text, "tcp") == 0 || std::strcmp(text, "gloo") == 0) *out = Choice::Tcp;  // Gloo over TCP
   else
-    return Error(DSRT_ERR_COMM, "DSRT_COMM='%s' is not one of auto, mpi, nccl, staged, tcp", text);
+    return Error(DSRT_ERR_COMM, "DSRT_COMM='%s' is not one of auto, mpi, nccl, staged, tcp (or its other name, gloo)",
+                 text);
   return Status::Ok();
 }
 
@@ -210,7 +211,7 @@ Status rendezvous_from_env(const std::string &who, RendezvousOptions *options) {
   return Status::Ok();
 }
 
-// Host memory over TCP sockets, the ranks meeting at MASTER_ADDR.
+// Host memory over Gloo's TCP transport, the ranks meeting at MASTER_ADDR.
 Status create_tcp(const LaunchInfo &info, std::shared_ptr<Comm> *out) {
   if (info.rank < 0 || info.size < 1)
     return Error(DSRT_ERR_COMM, "DSRT_COMM=tcp needs this process's rank and the world size, but %s gave %s: "

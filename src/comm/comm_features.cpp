@@ -10,7 +10,13 @@ bool comm_has_mpi() {
   return false;
 #endif
 }
-bool comm_has_tcp() { return true; }
+bool comm_has_tcp() {
+#ifdef DSRT_HAVE_GLOO
+  return true;
+#else
+  return false;
+#endif
+}
 
 bool comm_has_nccl() {
 #ifdef DSRT_HAVE_NCCL

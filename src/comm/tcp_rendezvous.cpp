@@ -231,6 +231,10 @@ Status serve(const RendezvousOptions &options, int world, const std::string &min
     peers[rank] = std::move(peer);
     ++joined;
   }
+  // Closed before answering: a rank that reads the table and comes back for another exchange (the
+  // Gloo store runs several) is refused and retries, instead of waiting in this backlog for a
+  // reset.
+  listener.reset();
   for (int r = 1; r < world; ++r) {
     std::string what = Format("sending the table to rank %d", r);
     DSRT_RETURN_IF_ERROR(send_u32(peers[r].get(), kMagic, ep, what.c_str()));

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "aio/aio_options.h"
 #include "dsrt.h"
 
 namespace dsrt {
@@ -106,14 +107,7 @@ struct ZeroConfig {
   OffloadConfig offload_param;  // buffer_count defaults to 5 here
 };
 
-struct AioConfig {
-  int64_t block_size = 1048576;
-  int64_t queue_depth = 8;
-  int64_t intra_op_parallelism = 1;  // alias thread_count
-  bool single_submit = false;
-  bool overlap_events = true;
-  bool use_gds = false;
-};
+// AioConfig ("aio") is the I/O layer's own options struct: aio/aio_options.h.
 
 struct CheckpointConfig {
   bool use_node_local_storage = false;

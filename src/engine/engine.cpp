@@ -8,7 +8,7 @@
 
 #include "comm/comm_checks.h"
 #include "comm/device_comm.h"
-#include "comm/staged_comm.h"
+#include "comm/staged/staged_comm.h"
 #include "device/device_select.h"
 #include "optim/cpu_optimizer.h"
 #include "util/half.h"

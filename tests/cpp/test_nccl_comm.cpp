@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "comm/device_comm.h"
-#include "comm/nccl_comm.h"
+#include "comm/nccl/nccl_comm.h"
 #include "dsrt.h"
 #include "util/half.h"
 

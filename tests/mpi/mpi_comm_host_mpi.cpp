@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "comm/comm.h"
-#include "comm/mpi_runtime.h"
+#include "comm/mpi/mpi_runtime.h"
 #include "util/half.h"
 
 namespace dsrt {

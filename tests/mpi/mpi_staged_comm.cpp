@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "comm/comm.h"
-#include "comm/staged_comm.h"
+#include "comm/staged/staged_comm.h"
 #include "device/device.h"
 #include "mpi_test_main.h"
 #include "util/half.h"

@@ -14,7 +14,7 @@
 
 #include "../cpp/engine_test_util.h"
 #include "comm/comm.h"
-#include "comm/tcp_comm.h"
+#include "comm/gloo/gloo_comm.h"
 #include "util/half.h"
 #include "mpi_test_main.h"
 

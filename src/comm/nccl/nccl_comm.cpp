@@ -2,7 +2,7 @@
 // memory, timeouts by polling ncclCommGetAsyncError and aborting), nccl_unique_id and
 // nccl_comm_create. The communicator is created non-blocking (config.blocking = 0) so that its
 // creation, like every collective, can be abandoned after DSRT_COMM_TIMEOUT_S.
-#include "comm/nccl_comm.h"
+#include "comm/nccl/nccl_comm.h"
 
 #ifdef DSRT_HAVE_NCCL
 

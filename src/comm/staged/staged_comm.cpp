@@ -2,7 +2,7 @@
 // and staged_comm_create. Each collective stages the whole buffer it reads into one leased host
 // buffer and runs the inner collective in place there, so in-place and out-of-place calls take
 // the same path and give the inner communicator's bits exactly.
-#include "comm/staged_comm.h"
+#include "comm/staged/staged_comm.h"
 
 #include <algorithm>
 #include <functional>

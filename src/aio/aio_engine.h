@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "config/train_config.h"
+#include "aio/aio_options.h"
 #include "util/status.h"
 
 namespace dsrt {

@@ -1,6 +1,6 @@
 // defines: process-wide MPI initialization and finalization, thread-level policy, NaN-aware ops.
 #ifdef DSRT_HAVE_MPI
-#include "comm/mpi_runtime.h"
+#include "comm/mpi/mpi_runtime.h"
 
 #include <dirent.h>
 #include <dlfcn.h>

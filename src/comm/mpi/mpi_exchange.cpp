@@ -1,7 +1,7 @@
 // defines: pairwise-exchange reduce-scatter and all-gather on point-to-point MPI, and the polling
 // loop with its deadline.
 #ifdef DSRT_HAVE_MPI
-#include "comm/mpi_exchange.h"
+#include "comm/mpi/mpi_exchange.h"
 
 #include <sched.h>
 
@@ -9,7 +9,7 @@
 #include <climits>
 #include <cstring>
 
-#include "comm/mpi_runtime.h"
+#include "comm/mpi/mpi_runtime.h"
 #include "comm/reduce_kernels.h"
 #include "util/half.h"
 

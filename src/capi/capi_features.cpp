@@ -1,5 +1,6 @@
-// defines: has_feature and the CPU feature probes.
-#include "util/features.h"
+// defines: has_feature (what dsrt_has_feature answers, asking each layer) and the CPU feature
+// probes; dup_for_caller.
+#include "capi/features.h"
 
 #include <cstdlib>
 #include <cstring>

@@ -1,6 +1,6 @@
 // defines: the NCCL entry points of a build without NCCL (see nccl_comm.h); nccl_comm.cpp defines
 // them when the build has NCCL.
-#include "comm/nccl_comm.h"
+#include "comm/nccl/nccl_comm.h"
 
 #ifndef DSRT_HAVE_NCCL
 

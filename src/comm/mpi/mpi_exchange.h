@@ -15,7 +15,7 @@
 
 #include "comm/comm.h"
 #include "comm/comm_checks.h"
-#include "comm/mpi_runtime.h"
+#include "comm/mpi/mpi_runtime.h"
 #include "util/aligned_buffer.h"
 
 namespace dsrt {
