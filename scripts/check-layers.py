@@ -19,6 +19,7 @@ LAYERS = [
     "device",   # CPU/CUDA devices, streams, memory
     "comm",     # communicators: comm/ (shared), mpi/, nccl/, staged/, gloo/
     "config",   # DeepSpeed JSON -> TrainConfig
+    "monitor",  # DeepSpeed monitor events and the csv_monitor writer
     "optim",    # CPU optimizer kernels and the optimizer backends
     "offload",  # pinned pools, NVMe swapping of states and parameters
     "zero",     # partitioning, gradient reduction, parameter gathering

@@ -2,7 +2,7 @@
 #include "capi/guard.h"
 #include "engine/engine.h"
 #include "monitor/monitor_events.h"
-#include "util/features.h"
+#include "capi/features.h"
 
 namespace dsrt {
 namespace {
