@@ -111,13 +111,15 @@ std::vector<KeySpec> build_schema_keys() {
   k.push_back(I_null("train_batch_size", 1));
   k.push_back(I_null("train_micro_batch_size_per_gpu", 1));
   k.push_back(I_null("gradient_accumulation_steps", 1));
-  k.push_back(I("steps_per_print", 10, 1));
+  KeySpec every = noted(I("steps_per_print", 10, 1), "Infinity: never");
+  every.infinity_ok = true;  // Accelerate writes float("inf"), which Python's json prints as Infinity
+  k.push_back(every);
   k.push_back(B("wall_clock_breakdown", false));
   k.push_back(N("gradient_clipping", 0.0, 0.0));
   k.push_back(B("prescale_gradients", false));
   k.push_back(N("gradient_predivide_factor", 1.0, 0.0, 1e300, true));
   k.push_back(C("communication_data_type", nullptr, dtypes));
-  k.push_back(with(C("seq_parallel_comm_data_type", "fp32", dtypes), Support::Ignored,
+  k.push_back(with(C("seq_parallel_communication_data_type", "fp32", dtypes), Support::Ignored,
                    "dsrt has no sequence parallelism"));
   k.push_back(with(B("dump_state", false), Support::Ignored, "dsrt does not print engine state at startup"));
   k.push_back(with(B("memory_breakdown", false), Support::Ignored,
@@ -156,8 +158,7 @@ std::vector<KeySpec> build_schema_keys() {
   k.push_back(B("bf16.enabled", false));
   k.push_back(with(B("bf16.immediate_grad_update", false), Support::Ignored,
                    "dsrt accumulates bf16 gradients in its own buffers"));
-  k.push_back(with(B("bf16.check_grad_overflow", false), Support::Unsupported,
-                   "overflow checks under bf16 are not implemented; set it to false"));
+  k.push_back(noted(B("bf16.check_grad_overflow", false), "true: skip the step when a gradient is inf or nan"));
   k.push_back(with(B("bf16.bf16_master_weights_and_grads", false), Support::Unsupported,
                    "bf16 master weights are not implemented (dsrt keeps fp32 masters); set it to false"));
   k.push_back(with(B("bf16.bf16_optimizer_states", false), Support::Unsupported,
@@ -170,12 +171,12 @@ std::vector<KeySpec> build_schema_keys() {
   k.push_back(with(B(z + "contiguous_gradients", true), Support::Ignored,
                    "dsrt always packs gradients into contiguous buckets"));
   k.push_back(B(z + "reduce_scatter", true));
-  k.push_back(I(z + "reduce_bucket_size", 500000000, 1));
+  k.push_back(noted(I(z + "reduce_bucket_size", 500000000, 0), "0: one bucket per gradient"));
   k.push_back(with(B(z + "use_multi_rank_bucket_allreduce", true), Support::Ignored,
                    "dsrt chooses its own bucket collectives"));
   k.push_back(with(B(z + "allgather_partitions", true), Support::Ignored,
                    "dsrt always gathers updated partitions with all-gather"));
-  k.push_back(I(z + "allgather_bucket_size", 500000000, 1));
+  k.push_back(noted(I(z + "allgather_bucket_size", 500000000, 0), "0: each partition gathered in one piece"));
   KeySpec overlap = key(z + "overlap_comm", KeyType::Bool, Value::null());
   overlap.nullable = true;
   overlap.note = "default: true at stage 3, false otherwise";
@@ -184,7 +185,7 @@ std::vector<KeySpec> build_schema_keys() {
                    "dsrt checkpoints always hold fp32 masters and always load them"));
   k.push_back(with(B(z + "elastic_checkpoint", false), Support::Ignored,
                    "dsrt reshards checkpoints to any world size without it"));
-  k.push_back(I(z + "sub_group_size", 1000000000, 1));
+  k.push_back(noted(I(z + "sub_group_size", 1000000000, 0), "0: one sub-group per parameter"));
   k.push_back(I(z + "stage3_prefetch_bucket_size", 50000000, 0));
   k.push_back(I(z + "stage3_param_persistence_threshold", 100000, 0));
   k.push_back(with(I(z + "stage3_model_persistence_threshold", 9223372036854775807.0, 0), Support::Ignored,
@@ -302,9 +303,6 @@ std::vector<KeySpec> build_schema_keys() {
                              kAdam | kAdamW | kLamb | kLion));
   k.push_back(for_optimizers(N(p + "max_coeff", 10.0, 0.0), kLamb));
   k.push_back(for_optimizers(N(p + "min_coeff", 0.01, 0.0), kLamb));
-  k.push_back(for_optimizers(with(N(p + "max_grad_norm", 0.0, 0.0), Support::Unsupported,
-                                  "clip with the top-level gradient_clipping instead; set it to 0"),
-                             kLamb | kOneBitAdam));
   k.push_back(for_optimizers(with(B(p + "eps_inside_sqrt", false), Support::Unsupported,
                                   "eps inside the square root is not implemented; set it to false"),
                              kLamb | kOneBitAdam));
@@ -384,8 +382,8 @@ std::vector<KeySpec> build_schema_keys() {
   k.push_back(B("checkpoint.use_node_local_storage", false));
   k.push_back(with(B("checkpoint.parallel_write.pipeline_stage", false), Support::Ignored,
                    "dsrt has no pipeline stages; every rank writes its own file"));
-  k.push_back(with(C("data_types.grad_accum_dtype", nullptr, dtypes), Support::Unsupported,
-                   "choosing the gradient accumulation dtype is not implemented; remove it"));
+  // "fp32" is what dsrt does; the 16-bit values are refused by check() with the reason.
+  k.push_back(C("data_types.grad_accum_dtype", nullptr, dtypes));
 
   // --- monitors and profilers: dsrt reports through dsrt_step_result; logging is the host's
   const char mon_note[] = "dsrt writes no monitor logs; log the values dsrt_engine_step returns from the host";

@@ -139,6 +139,9 @@ struct TrainConfig {
 
   Fp16Config fp16;
   bool bf16_enabled = false;
+  // DeepSpeed skips a bf16 step with inf/nan gradients only when this is true; dsrt skips such a
+  // step in every precision (a non-finite update would destroy the masters), so it is recorded only.
+  bool bf16_check_grad_overflow = false;
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
   ZeroConfig zero;

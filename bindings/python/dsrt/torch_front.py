@@ -56,9 +56,10 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, torch.nn.Module):
 
     Trainable parameters (requires_grad, and in model_parameters when given) are registered with
     dsrt: param.data becomes a view of dsrt's working copy (empty outside use under ZeRO-3).
-    Frozen floating-point parameters and buffers are cast to the working dtype, as DeepSpeed casts
-    the whole module; they stay whole on every rank, held by the front: dsrt's C engine has no
-    tensor without optimizer states, and registering them would run weight decay on them."""
+    Frozen floating-point parameters are cast to the working dtype, as DeepSpeed casts them; they
+    stay whole on every rank, held by the front: dsrt's C engine has no tensor without optimizer
+    states, and registering them would run weight decay on them. Buffers (a rotary inv_freq, batch
+    norm statistics) keep their dtype, as under DeepSpeed."""
 
     def __init__(self, model, model_parameters, config, comm):
         super().__init__()
@@ -108,9 +109,6 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, torch.nn.Module):
         for _, param in self._frozen:
             if param.is_floating_point():
                 param.data = param.data.to(self.dtype)
-        for buffer_name, buffer in model.named_buffers():
-            if buffer.is_floating_point():
-                buffer.data = buffer.data.to(self.dtype)
         self._init_zero3(model)
 
     # --- gradients -------------------------------------------------------------------------
