@@ -39,6 +39,23 @@ MODELS = [
     ("aio", "deepspeed.runtime.swap_tensor.aio_config", "DeepSpeedAIOConfig"),
 ]
 
+# runtime/constants.py holds the keys of several sections; the section of a constant by its name
+# (the first matching prefix), the top level otherwise.
+CONSTANT_SECTION_OF = [
+    ("FP16_", "fp16"),
+    ("BFLOAT16_", "bf16"),
+    ("CHECKPOINT_PARALLEL_WRITE_", "checkpoint.parallel_write"),
+    ("CHECKPOINT_", "checkpoint"),
+    ("LOAD_UNIVERSAL_CHECKPOINT", "checkpoint"),
+    ("USE_NODE_LOCAL_STORAGE_CHECKPOINT", "checkpoint"),
+    ("GRAD_ACCUM_DTYPE", "data_types"),
+    ("PARAM_DTYPE", "data_types"),
+    ("BUFFER_DTYPE", "data_types"),
+    ("KEEP_IN_FP32_MODULES", "data_types"),
+    ("LEGACY_FUSION", "optimizer"),
+    ("TORCH_AUTOCAST_", "torch_autocast"),
+]
+
 # Sections read with get_scalar_param(section, KEY, KEY_DEFAULT): (path prefix, module, the
 # constant names' prefix or None for every KEY with a KEY_DEFAULT).
 CONSTANT_SECTIONS = [
@@ -180,7 +197,10 @@ def dump_constants(prefix, module_name, name_prefix, rows, known):
             continue
         if const + "_DEFAULT" not in values or not key.replace("_", "").isalnum():
             continue
-        path = prefix + "." + key if prefix else key
+        section = prefix
+        if module_name == "deepspeed.runtime.constants":
+            section = next((sec for start, sec in CONSTANT_SECTION_OF if const.startswith(start)), "")
+        path = section + "." + key if section else key
         if path in known:
             continue
         default = values[const + "_DEFAULT"]
@@ -212,6 +232,13 @@ def main():
     known = {row["path"] for row in rows}
     for prefix, module_name, name_prefix in CONSTANT_SECTIONS:
         dump_constants(prefix, module_name, name_prefix, rows, known)
+    # Keys DeepSpeed has removed and now refuses, with its message.
+    config_module = importlib.import_module("deepspeed.runtime.config")
+    for prefix, table in (("", "_REMOVED_TOP_LEVEL_CONFIG_KEYS"), ("zero_optimization", "_REMOVED_ZERO_CONFIG_KEYS")):
+        for key, message in getattr(config_module, table, {}).items():
+            path = prefix + "." + key if prefix else key
+            rows = [row for row in rows if row["path"] != path]
+            rows.append({"path": path, "removed": message, "source": "deepspeed.runtime.config." + table})
     rows.sort(key=lambda row: row["path"])
     json.dump({"deepspeed": deepspeed.__version__, "fields": rows}, sys.stdout, indent=1, sort_keys=True)
     sys.stdout.write("\n")

@@ -34,7 +34,6 @@ const Alias kAliases[] = {
     {"zero_optimization", "module_granularity_threshold", "stage3_module_granularity_threshold", false},
     {"zero_optimization", "use_all_reduce_for_fetch_params", "stage3_use_all_reduce_for_fetch_params", false},
     {"zero_optimization", "allgather_sequential", "stage3_allgather_sequential", false},
-    {"zero_optimization", "partition_stream_chunk_size", "stage3_partition_stream_chunk_size", false},
 };
 
 }  // namespace

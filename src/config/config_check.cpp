@@ -134,6 +134,19 @@ void Config::check(std::vector<Problem> *errors) {
                            ": accumulating gradients in 16 bits is not implemented (dsrt accumulates them in fp32, "
                            "which is exact and costs 4 bytes per element); set it to \"fp32\" or remove it");
 
+  // data_types.param_dtype: DeepSpeed casts the parameters to it; dsrt's working copies are in the
+  // precision's dtype (fp16/bf16/fp32), so only that one is implemented.
+  Value param_dtype = value_of("data_types.param_dtype");
+  if (param_dtype.kind == Value::Kind::String) {
+    const std::string working = value_of("fp16.enabled") == Value::of_bool(true)   ? "fp16"
+                                : value_of("bf16.enabled") == Value::of_bool(true) ? "bf16"
+                                                                                    : "fp32";
+    if (param_dtype.text != working)
+      unsupported_.push_back("data_types.param_dtype = " + param_dtype.to_text() + ": parameters in another dtype "
+                             "than the precision's (" + working + ") are not implemented; remove it or set it to \"" +
+                             working + "\"");
+  }
+
   // --- rules across keys
   if (value_of("fp16.enabled") == Value::of_bool(true) && value_of("bf16.enabled") == Value::of_bool(true))
     error("bf16.enabled", "fp16.enabled and bf16.enabled are both true; enable at most one of them");

@@ -82,7 +82,8 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
   std::string accum = text("data_types.grad_accum_dtype", "");
   t.has_grad_accum_dtype = !accum.empty();
   t.grad_accum_dtype = dtype_of(accum);
-  t.steps_per_print = i64("steps_per_print", t.steps_per_print);
+  // null (DeepSpeed 0.19's default) and Infinity mean never; the engine prints when it is positive.
+  t.steps_per_print = value("steps_per_print").kind == Value::Kind::Number ? i64("steps_per_print", 0) : 0;
   t.wall_clock_breakdown = flag("wall_clock_breakdown", t.wall_clock_breakdown);
 
   t.fp16.enabled = flag("fp16.enabled", false);

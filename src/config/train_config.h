@@ -133,7 +133,7 @@ struct TrainConfig {
   dsrt_dtype communication_data_type = DSRT_F32;
   bool has_grad_accum_dtype = false;
   dsrt_dtype grad_accum_dtype = DSRT_F32;
-  int64_t steps_per_print = 10;
+  int64_t steps_per_print = 0;  // progress line every N steps; 0: never (DeepSpeed 0.19: null)
   bool wall_clock_breakdown = false;
   uint64_t seed = 0;
 

@@ -71,12 +71,13 @@ TEST(ConfigDeepSpeedRules, TyposAndKnownMisplacementsStayErrors) {
 }
 
 TEST(ConfigDeepSpeedRules, ZeroSizesHaveDeepSpeedsMeaning) {
-  auto config = parse_ok(R"({"zero_optimization": {"stage": 3, "reduce_bucket_size": 0,
-                             "allgather_bucket_size": 0, "sub_group_size": 0}})");
+  // DeepSpeed 0.19.8: allgather_bucket_size and sub_group_size are ge=0, reduce_bucket_size gt=0.
+  auto config = parse_ok(R"({"zero_optimization": {"stage": 3, "allgather_bucket_size": 0, "sub_group_size": 0}})");
   TrainConfig t = resolve_ok(*config);
-  EXPECT_EQ(t.zero.reduce_bucket_size, 0);
   EXPECT_EQ(t.zero.allgather_bucket_size, 0);
   EXPECT_EQ(t.zero.sub_group_size, 0);
+  EXPECT_TRUE(has(parse_error(R"({"zero_optimization": {"reduce_bucket_size": 0}})"),
+                  "zero_optimization.reduce_bucket_size: 0 is out of range; allowed: an integer >= 1"));
   EXPECT_TRUE(has(parse_error(R"({"zero_optimization": {"sub_group_size": -1}})"),
                   "-1 is out of range; allowed: an integer >= 0 (0: one sub-group per parameter)"));
 }
@@ -136,13 +137,16 @@ TEST(ConfigDeepSpeedRules, DefaultsAreDeepSpeed0198s) {
   TrainConfig t = resolve_ok(*config);
   EXPECT_TRUE(t.zero.offload_optimizer.pin_memory);
   EXPECT_TRUE(t.zero.offload_param.pin_memory);
-  EXPECT_FALSE(t.bf16_check_grad_overflow);
+  EXPECT_TRUE(t.bf16_check_grad_overflow);
   double persistence = 0;
   ASSERT_TRUE(config->get_number("zero_optimization.stage3_model_persistence_threshold", &persistence).ok());
   EXPECT_EQ(persistence, 9223372036854775807.0);
-  auto check = parse_ok(R"({"bf16": {"enabled": true, "check_grad_overflow": true}})");
+  auto check = parse_ok(R"({"bf16": {"enabled": true, "check_grad_overflow": false}})");
   EXPECT_TRUE(check->warnings().empty());
-  EXPECT_TRUE(resolve_ok(*check).bf16_check_grad_overflow);
+  EXPECT_FALSE(resolve_ok(*check).bf16_check_grad_overflow);
+  // steps_per_print: DeepSpeed 0.19 prints never unless it is given.
+  EXPECT_EQ(t.steps_per_print, 0);
+  EXPECT_EQ(resolve_ok(*parse_ok(R"({"steps_per_print": 5})")).steps_per_print, 5);
 }
 
 TEST(ConfigDeepSpeedRules, StepsPerPrintInfinityMeansNever) {

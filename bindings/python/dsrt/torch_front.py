@@ -109,6 +109,12 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, torch.nn.Module):
         for _, param in self._frozen:
             if param.is_floating_point():
                 param.data = param.data.to(self.dtype)
+        # data_types.buffer_dtype (DeepSpeed 0.19): unset, buffers keep the dtype they were loaded in.
+        buffer_dtype = _buffer_dtype(config)
+        if buffer_dtype is not None:
+            for _, buffer in model.named_buffers():
+                if buffer.is_floating_point():
+                    buffer.data = buffer.data.to(buffer_dtype)
         self._init_zero3(model)
 
     # --- gradients -------------------------------------------------------------------------
@@ -289,6 +295,14 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, torch.nn.Module):
                     delattr(param, attr)
         self._by_param = {}
         self._engine.close()
+
+
+def _buffer_dtype(config):
+    try:
+        name = config.get_string("data_types.buffer_dtype")
+    except _core.ConfigError:  # not given: DeepSpeed's default None
+        return None
+    return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[name]
 
 
 def _enabled(config, section):
