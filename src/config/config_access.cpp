@@ -63,6 +63,19 @@ JsonNode to_node(const Value &value) {
   return node;
 }
 
+// Keys and sections DeepSpeed 0.19 removed and refuses outright (dsrt still reads them, off, so
+// that configs written for earlier DeepSpeed load): left out of the DeepSpeed JSON.
+bool removed_by_deepspeed(const std::string &path) {
+  static const char *const kRemoved[] = {
+      "sparse_gradients", "graph_harvesting", "zero_optimization.mics_shard_size",
+      "zero_optimization.mics_hierarchical_params_gather", "zero_optimization.zeropp_loco_param", "amp",
+      "compression_training", "curriculum_learning", "eigenvalue", "elasticity", "nebula", "progressive_layer_drop",
+      "quantize_training", "sparse_attention"};
+  for (const char *removed : kRemoved)
+    if (path == removed) return true;
+  return false;
+}
+
 }  // namespace
 
 Status Config::set_value(const std::string &key_path, const Value &input, const char *setter) {
@@ -293,6 +306,10 @@ std::string Config::build_json(bool deepspeed, std::vector<std::string> *apart) 
     if (spec.path.rfind("scheduler.", 0) == 0 && !has_scheduler()) continue;
     const std::string name = spec.name();
     if (name.find('.') != std::string::npos) continue;  // pair elements are printed with their pair
+    if (deepspeed && removed_by_deepspeed(spec.path)) {
+      if (apart) apart->push_back(spec.path + " = " + effective(spec).to_text() + "  (DeepSpeed 0.19 removed this key and refuses it)");
+      continue;
+    }
     if (deepspeed && spec.dsrt_only) {
       if (apart) apart->push_back(spec.path + " = " + effective(spec).to_text() + "  (dsrt's key: " + spec.note + ")");
       continue;
@@ -338,6 +355,10 @@ std::string Config::build_json(bool deepspeed, std::vector<std::string> *apart) 
   }
   for (const auto &entry : opaque_) {
     if (entry.first == "optimizer.params" || entry.first == "scheduler.params") continue;
+    if (deepspeed && removed_by_deepspeed(entry.first)) {
+      if (apart) apart->push_back(entry.first + " = " + entry.second.to_text() + "  (DeepSpeed 0.19 removed this section and refuses it)");
+      continue;
+    }
     size_t dot = entry.first.rfind('.');
     JsonNode *section = object_at(&root, dot == std::string::npos ? "" : entry.first.substr(0, dot));
     section->members.emplace_back(dot == std::string::npos ? entry.first : entry.first.substr(dot + 1), entry.second);

@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Trains the same job with DeepSpeed and with dsrt's PyTorch front and compares them: the loss of
+every micro-step and the final fp32 master of every parameter. Run by scripts/check-deepspeed.sh
+(inside an environment with torch 2.x and deepspeed); not part of `make test`.
+
+    deepspeed_parity.py table [--cases NAMES] [--out FILE]   every case, one process per engine
+    deepspeed_parity.py run ENGINE CASE OUT                   one engine on one case (internal)
+
+A case is a DeepSpeed config plus a number of optimizer steps. Both engines read the same config
+file, build the same model from the same seed and see the same batches; each runs in its own
+process (DeepSpeed with DS_ACCELERATOR=cpu and gloo, dsrt on its CPU engine)."""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+IN, HIDDEN, OUT, MICRO = 16, 48, 8, 4
+STEPS = 6
+
+
+def case_list():
+    """(name, config, steps): the matrix, smallest first."""
+    cases = []
+    for precision in ("fp32", "bf16"):
+        for stage in (0, 1, 2, 3):
+            for gas in (1, 4):
+                config = {
+                    "train_micro_batch_size_per_gpu": MICRO,
+                    "gradient_accumulation_steps": gas,
+                    "gradient_clipping": 0.5,
+                    "steps_per_print": 1000000,
+                    "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "betas": [0.9, 0.99], "eps": 1e-8,
+                                                              "weight_decay": 0.05, "torch_adam": True}},
+                    "zero_optimization": {"stage": stage},
+                }
+                if precision == "bf16":
+                    config["bf16"] = {"enabled": True}
+                cases.append(("%s-stage%d-gas%d" % (precision, stage, gas), config, STEPS))
+    # No clipping, SGD with momentum, a schedule.
+    cases.append(("fp32-stage2-noclip", {
+        "train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": 1, "gradient_clipping": 0.0,
+        "steps_per_print": 1000000, "zero_optimization": {"stage": 2},
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.0, "torch_adam": True}}}, STEPS))
+    cases.append(("fp32-stage1-warmupdecay", {
+        "train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": 2, "gradient_clipping": 1.0,
+        "steps_per_print": 1000000, "zero_optimization": {"stage": 1},
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01, "torch_adam": True}},
+        "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 0.02,
+                                                          "warmup_num_steps": 3, "total_num_steps": 8,
+                                                          "warmup_type": "linear"}}}, 8))
+    return cases
+
+
+def make_model(torch):
+    torch.manual_seed(1234)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = torch.nn.Linear(IN, HIDDEN)
+            self.fc2 = torch.nn.Linear(HIDDEN, OUT)
+            # A floating-point buffer (as a rotary inv_freq): both engines keep it in fp32.
+            self.register_buffer("freq", 1.0 / (10.0 ** (torch.arange(HIDDEN, dtype=torch.float32) / HIDDEN)))
+
+        def forward(self, x):
+            h = torch.tanh(self.fc1(x)) * (1.0 + 0.1 * torch.cos(self.freq)).to(x.dtype)
+            return self.fc2(h)
+
+    return Net()
+
+
+def batch(torch, step, micro):
+    g = torch.Generator().manual_seed(1000 * step + micro)
+    return torch.randn(MICRO, IN, generator=g), torch.randn(MICRO, OUT, generator=g)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(engine_name, config_path, steps, out_path):
+    import torch
+    with open(config_path) as f:
+        config = json.load(f)
+    gas = config["gradient_accumulation_steps"]
+    model = make_model(torch)
+    names = [name for name, _ in model.named_parameters()]
+    if engine_name == "deepspeed":
+        import deepspeed
+        from deepspeed.utils import safe_get_full_fp32_param
+        deepspeed.init_distributed(dist_backend="gloo")
+        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config_path)
+    else:
+        import dsrt
+        engine, _, _, _ = dsrt.initialize(model=model, model_parameters=model.parameters(), config=config_path)
+    dtype = torch.bfloat16 if config.get("bf16", {}).get("enabled") else torch.float32
+    losses, times = [], []
+    for step in range(steps):
+        start = time.perf_counter()
+        for micro in range(gas):
+            x, y = batch(torch, step, micro)
+            loss = torch.nn.functional.mse_loss(engine(x.to(dtype)).float(), y)
+            engine.backward(loss)
+            engine.step()
+            losses.append(float(loss.detach()))
+        times.append(time.perf_counter() - start)
+    masters = {}
+    for name, param in engine.module.named_parameters():
+        if engine_name == "deepspeed":
+            value = safe_get_full_fp32_param(param)
+            masters[name] = (value if value is not None else param.detach()).float().cpu().double().tolist()
+        else:
+            masters[name] = engine.get_fp32_param(name).double().tolist()
+    with open(out_path, "w") as f:
+        json.dump({"losses": losses, "masters": masters, "names": names, "step_seconds": times}, f)
+
+
+def flat(torch, values):
+    return torch.tensor(values, dtype=torch.float64).flatten()
+
+
+def compare(torch, a, b):
+    loss_a, loss_b = torch.tensor(a["losses"], dtype=torch.float64), torch.tensor(b["losses"], dtype=torch.float64)
+    loss_err = float(((loss_a - loss_b).abs() / loss_a.abs().clamp_min(1e-12)).max()) if len(loss_a) == len(loss_b) else float("inf")
+    master_err = 0.0
+    for name in a["names"]:
+        x, y = flat(torch, a["masters"][name]), flat(torch, b["masters"][name])
+        master_err = max(master_err, float((x - y).norm() / x.norm()))
+    return loss_err, master_err, float(loss_a[0]), float(loss_b[0])
+
+
+def table(selected, out):
+    import torch
+    cases = [c for c in case_list() if not selected or c[0] in selected]
+    here = os.path.dirname(os.path.abspath(__file__))
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, config, steps in cases:
+            config_path = os.path.join(tmp, name + ".json")
+            with open(config_path, "w") as f:
+                json.dump(config, f)
+            results = {}
+            for engine in ("deepspeed", "dsrt"):
+                result = os.path.join(tmp, "%s.%s.out" % (name, engine))
+                env = dict(os.environ, DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+                           RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", DSRT_LOG_LEVEL="error")
+                proc = subprocess.run([sys.executable, os.path.join(here, "deepspeed_parity.py"), "run", engine,
+                                       config_path, str(steps), result], env=env, capture_output=True, text=True)
+                if proc.returncode != 0:
+                    results[engine] = None
+                    sys.stderr.write("%s / %s failed:\n%s\n" % (name, engine, proc.stderr[-3000:]))
+                else:
+                    with open(result) as f:
+                        results[engine] = json.load(f)
+            if results["deepspeed"] is None or results["dsrt"] is None:
+                rows.append((name, None))
+            else:
+                rows.append((name, compare(torch, results["deepspeed"], results["dsrt"])))
+            print(format_row(rows[-1]), flush=True)
+    text = "\n".join(["| case | loss rel. err (max over micro-steps) | master rel. err (max over tensors) | "
+                      "first loss DeepSpeed / dsrt | within tolerance |",
+                      "| --- | --- | --- | --- | --- |"] + [format_row(r) for r in rows]) + "\n"
+    if out:
+        with open(out, "w") as f:
+            f.write(text)
+    sys.stdout.write("\n" + text)
+    return all(r[1] is not None and within(r[0], *r[1][:2]) for r in rows)
+
+
+def within(name, loss_err, master_err):
+    tolerance = 1e-5 if name.startswith("fp32") else 1e-2
+    return loss_err < tolerance and master_err < tolerance
+
+
+def format_row(row):
+    name, result = row
+    if result is None:
+        return "| %s | failed | failed | - | no |" % name
+    loss_err, master_err, first_a, first_b = result
+    return "| %s | %.2e | %.2e | %.6f / %.6f | %s |" % (name, loss_err, master_err, first_a, first_b,
+                                                       "yes" if within(name, loss_err, master_err) else "NO")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("table")
+    t.add_argument("--cases", nargs="*")
+    t.add_argument("--out")
+    r = sub.add_parser("run")
+    r.add_argument("engine", choices=("deepspeed", "dsrt"))
+    r.add_argument("config")
+    r.add_argument("steps", type=int)
+    r.add_argument("out")
+    args = parser.parse_args()
+    if args.command == "run":
+        run(args.engine, args.config, args.steps, args.out)
+        return 0
+    return 0 if table(args.cases, args.out) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
