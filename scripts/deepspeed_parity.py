@@ -22,8 +22,21 @@ IN, HIDDEN, OUT, MICRO = 16, 48, 8, 4
 STEPS = 6
 
 
+def base(stage, gas=1, clip=0.5, optimizer=None, **extra):
+    config = {
+        "train_micro_batch_size_per_gpu": MICRO,
+        "gradient_accumulation_steps": gas,
+        "gradient_clipping": clip,
+        "steps_per_print": 1000000,
+        "optimizer": optimizer or {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.05, "torch_adam": True}},
+        "zero_optimization": {"stage": stage},
+    }
+    config.update(extra)
+    return config
+
+
 def case_list():
-    """(name, config, steps): the matrix, smallest first."""
+    """(name, config, steps, world): the matrix, smallest first."""
     cases = []
     for precision in ("fp32", "bf16"):
         for stage in (0, 1, 2, 3):
@@ -39,7 +52,7 @@ def case_list():
                 }
                 if precision == "bf16":
                     config["bf16"] = {"enabled": True}
-                cases.append(("%s-stage%d-gas%d" % (precision, stage, gas), config, STEPS))
+                cases.append(("%s-stage%d-gas%d" % (precision, stage, gas), config, STEPS, 1))
     # No clipping, SGD with momentum, a schedule.
     cases.append(("fp32-stage2-noclip", {
         "train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": 1, "gradient_clipping": 0.0,
@@ -52,6 +65,44 @@ def case_list():
         "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 0.02,
                                                           "warmup_num_steps": 3, "total_num_steps": 8,
                                                           "warmup_type": "linear"}}}, 8))
+    cases = [c if len(c) == 4 else c + (1,) for c in cases]
+    # Optimizers both have (DeepSpeed's CPU builds of its fused kernels where it has them).
+    cases.append(("fp32-stage1-adam-l2", base(1, optimizer={"type": "Adam", "params": {
+        "lr": 0.01, "weight_decay": 0.05, "adam_w_mode": False, "torch_adam": True}}), STEPS, 1))
+    cases.append(("fp32-stage2-sgd-momentum", base(2, optimizer={"type": "SGD", "params": {
+        "lr": 0.05, "momentum": 0.9, "weight_decay": 0.01}}, zero_allow_untested_optimizer=True), STEPS, 1))
+    cases.append(("fp32-stage1-lamb", base(1, optimizer={"type": "Lamb", "params": {"lr": 0.01, "weight_decay": 0.01}}),
+                  STEPS, 1))
+    cases.append(("fp32-stage1-lion", base(1, optimizer={"type": "Lion", "params": {"lr": 0.001, "weight_decay": 0.01}}),
+                  STEPS, 1))
+    cases.append(("fp32-stage1-adagrad", base(1, optimizer={"type": "Adagrad", "params": {"lr": 0.05}}), STEPS, 1))
+    # Every DeepSpeed schedule.
+    sched = lambda kind, **p: {"type": kind, "params": p}
+    cases.append(("fp32-stage2-warmuplr-log", base(2, scheduler=sched(
+        "WarmupLR", warmup_min_lr=0.0, warmup_max_lr=0.02, warmup_num_steps=4)), 8, 1))
+    cases.append(("fp32-stage2-warmupcosine", base(2, scheduler=sched(
+        "WarmupCosineLR", total_num_steps=8, warmup_num_steps=3, warmup_min_ratio=0.1, cos_min_ratio=0.01)), 8, 1))
+    cases.append(("fp32-stage2-onecycle-adam", base(2, optimizer={"type": "Adam", "params": {"lr": 0.01, "torch_adam": True}},
+                                                    scheduler=sched("OneCycle", cycle_min_lr=0.001, cycle_max_lr=0.02,
+                                                                    cycle_first_step_size=3)), 8, 1))
+    cases.append(("fp32-stage2-onecycle-sgd", base(2, optimizer={"type": "SGD", "params": {"lr": 0.01, "momentum": 0.9}},
+                                                   zero_allow_untested_optimizer=True,
+                                                   scheduler=sched("OneCycle", cycle_min_lr=0.001, cycle_max_lr=0.02,
+                                                                   cycle_first_step_size=3)), 8, 1))
+    cases.append(("fp32-stage1-lrrangetest", base(1, scheduler=sched(
+        "LRRangeTest", lr_range_test_min_lr=0.001, lr_range_test_step_size=2, lr_range_test_step_rate=2.0)), 8, 1))
+    # CPU offload of the optimizer (DeepSpeed's CPU Adam) and of the parameters.
+    cpu_adam = {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.05}}
+    cases.append(("fp32-stage2-offload-optimizer", base(2, gas=2, optimizer=cpu_adam, zero_optimization={
+        "stage": 2, "offload_optimizer": {"device": "cpu"}}), STEPS, 1))
+    cases.append(("fp32-stage3-offload-both", base(3, optimizer=cpu_adam, zero_optimization={
+        "stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}), STEPS, 1))
+    cases.append(("bf16-stage3-offload-both", base(3, optimizer=cpu_adam, bf16={"enabled": True}, zero_optimization={
+        "stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}), STEPS, 1))
+    # Two ranks (torchrun-style gloo processes for DeepSpeed, mpirun for dsrt).
+    for stage in (0, 1, 2, 3):
+        cases.append(("fp32-stage%d-gas2-2ranks" % stage, base(stage, gas=2), STEPS, 2))
+    cases.append(("bf16-stage2-2ranks", base(2, gas=2, bf16={"enabled": True}), STEPS, 2))
     return cases
 
 
@@ -73,8 +124,12 @@ def make_model(torch):
     return Net()
 
 
+def rank():
+    return int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
+
+
 def batch(torch, step, micro):
-    g = torch.Generator().manual_seed(1000 * step + micro)
+    g = torch.Generator().manual_seed(1000 * step + micro + 100000 * rank())
     return torch.randn(MICRO, IN, generator=g), torch.randn(MICRO, OUT, generator=g)
 
 
@@ -117,8 +172,9 @@ def run(engine_name, config_path, steps, out_path):
             masters[name] = (value if value is not None else param.detach()).float().cpu().double().tolist()
         else:
             masters[name] = engine.get_fp32_param(name).double().tolist()
-    with open(out_path, "w") as f:
-        json.dump({"losses": losses, "masters": masters, "names": names, "step_seconds": times}, f)
+    if rank() == 0:
+        with open(out_path, "w") as f:
+            json.dump({"losses": losses, "masters": masters, "names": names, "step_seconds": times}, f)
 
 
 def flat(torch, values):
@@ -141,20 +197,43 @@ def table(selected, out):
     here = os.path.dirname(os.path.abspath(__file__))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, config, steps in cases:
+        for name, config, steps, world in cases:
             config_path = os.path.join(tmp, name + ".json")
             with open(config_path, "w") as f:
                 json.dump(config, f)
             results = {}
             for engine in ("deepspeed", "dsrt"):
                 result = os.path.join(tmp, "%s.%s.out" % (name, engine))
-                env = dict(os.environ, DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-                           RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", DSRT_LOG_LEVEL="error")
-                proc = subprocess.run([sys.executable, os.path.join(here, "deepspeed_parity.py"), "run", engine,
-                                       config_path, str(steps), result], env=env, capture_output=True, text=True)
-                if proc.returncode != 0:
+                command = [sys.executable, os.path.join(here, "deepspeed_parity.py"), "run", engine, config_path,
+                           str(steps), result]
+                env = dict(os.environ, DS_ACCELERATOR="cpu", DSRT_LOG_LEVEL="error", OMP_NUM_THREADS="1")
+                if world == 1:
+                    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", LOCAL_RANK="0",
+                               WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
+                    procs = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
+                elif engine == "deepspeed":
+                    port = str(free_port())
+                    procs = [subprocess.Popen(command, env=dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(r),
+                                                                LOCAL_RANK=str(r), WORLD_SIZE=str(world),
+                                                                LOCAL_WORLD_SIZE=str(world)),
+                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             for r in range(world)]
+                else:
+                    flags = ["--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"]
+                    if os.getuid() == 0:
+                        flags.append("--allow-run-as-root")
+                    procs = [subprocess.Popen(["mpirun"] + flags + ["-np", str(world), "-x", "PYTHONPATH", "-x",
+                                                                    "DSRT_BUILD_DIR", "-x", "DSRT_LOG_LEVEL", "-x",
+                                                                    "OMP_NUM_THREADS"] + command,
+                                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
+                failed = ""
+                for proc in procs:
+                    _, err = proc.communicate(timeout=900)
+                    if proc.returncode != 0:
+                        failed += err[-3000:]
+                if failed:
                     results[engine] = None
-                    sys.stderr.write("%s / %s failed:\n%s\n" % (name, engine, proc.stderr[-3000:]))
+                    sys.stderr.write("%s / %s failed:\n%s\n" % (name, engine, failed))
                 else:
                     with open(result) as f:
                         results[engine] = json.load(f)

@@ -16,7 +16,7 @@ fi
 $py -m pytest -q -p no:cacheprovider tests/python/test_python_binding.py tests/python/test_lifetime.py \
   tests/python/test_errors_and_threads.py tests/python/test_torch_front.py tests/python/test_auto_config.py \
   tests/python/test_zero3_front.py tests/python/test_deepspeed_compat.py tests/python/test_examples.py \
-  tests/python/test_deepspeed_script.py tests/python/test_ckpt_interop.py
+  tests/python/test_deepspeed_script.py tests/python/test_ckpt_interop.py tests/python/test_deepspeed_parity_front.py
 
 mpi_flags=(--oversubscribe --bind-to none --mca btl self,vader)
 [ "$(id -u)" -eq 0 ] && mpi_flags+=(--allow-run-as-root)
