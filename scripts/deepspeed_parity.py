@@ -82,7 +82,8 @@ def case_list():
         "WarmupLR", warmup_min_lr=0.0, warmup_max_lr=0.02, warmup_num_steps=4)), 8, 1))
     cases.append(("fp32-stage2-warmupcosine", base(2, scheduler=sched(
         "WarmupCosineLR", total_num_steps=8, warmup_num_steps=3, warmup_min_ratio=0.1, cos_min_ratio=0.01)), 8, 1))
-    cases.append(("fp32-stage2-onecycle-adam", base(2, optimizer={"type": "Adam", "params": {"lr": 0.01, "torch_adam": True}},
+    cases.append(("fp32-stage2-onecycle-adam", base(2, optimizer={"type": "Adam", "params": {
+        "lr": 0.01, "weight_decay": 0.0, "torch_adam": True}},
                                                     scheduler=sched("OneCycle", cycle_min_lr=0.001, cycle_max_lr=0.02,
                                                                     cycle_first_step_size=3)), 8, 1))
     cases.append(("fp32-stage2-onecycle-sgd", base(2, optimizer={"type": "SGD", "params": {"lr": 0.01, "momentum": 0.9}},
@@ -146,16 +147,21 @@ def run(engine_name, config_path, steps, out_path):
     gas = config["gradient_accumulation_steps"]
     model = make_model(torch)
     names = [name for name, _ in model.named_parameters()]
+    if engine_name == "float64":
+        return run_float64(torch, config, model, names, steps, out_path)
+    if engine_name.startswith("lamb-"):
+        return run_lamb(torch, config, model, names, steps, out_path, engine_name == "lamb-partition")
     if engine_name == "deepspeed":
         import deepspeed
         from deepspeed.utils import safe_get_full_fp32_param
         deepspeed.init_distributed(dist_backend="gloo")
-        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config_path)
+        engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+                                                       config=config_path)
     else:
         import dsrt
-        engine, _, _, _ = dsrt.initialize(model=model, model_parameters=model.parameters(), config=config_path)
+        engine, optimizer, _, _ = dsrt.initialize(model=model, model_parameters=model.parameters(), config=config_path)
     dtype = torch.bfloat16 if config.get("bf16", {}).get("enabled") else torch.float32
-    losses, times = [], []
+    losses, times, lrs, moms = [], [], [], []
     for step in range(steps):
         start = time.perf_counter()
         for micro in range(gas):
@@ -165,6 +171,9 @@ def run(engine_name, config_path, steps, out_path):
             engine.step()
             losses.append(float(loss.detach()))
         times.append(time.perf_counter() - start)
+        lrs.append(float(engine.get_lr()[0]))
+        group = optimizer.param_groups[0]
+        moms.append(float(group["betas"][0]) if "betas" in group else float(group.get("momentum", 0.0)))
     masters = {}
     for name, param in engine.module.named_parameters():
         if engine_name == "deepspeed":
@@ -174,7 +183,84 @@ def run(engine_name, config_path, steps, out_path):
             masters[name] = engine.get_fp32_param(name).double().tolist()
     if rank() == 0:
         with open(out_path, "w") as f:
-            json.dump({"losses": losses, "masters": masters, "names": names, "step_seconds": times}, f)
+            json.dump({"losses": losses, "masters": masters, "names": names, "step_seconds": times, "lrs": lrs,
+                       "momentums": moms}, f)
+
+
+def run_float64(torch, config, model, names, steps, out_path):
+    """The exact-math run: the same AdamW job in float64 with plain torch (loss / gas accumulated,
+    clipping by the global norm with DeepSpeed's max_norm / (norm + 1e-6)), for the 16-bit rows."""
+    gas = config["gradient_accumulation_steps"]
+    params = config["optimizer"]["params"]
+    model = model.double()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=params["lr"], betas=tuple(params.get("betas", (0.9, 0.999))),
+                                  eps=params.get("eps", 1e-8), weight_decay=params.get("weight_decay", 0.0),
+                                  foreach=False)
+    losses = []
+    for step in range(steps):
+        for micro in range(gas):
+            x, y = batch(torch, step, micro)
+            loss = torch.nn.functional.mse_loss(model(x.double()), y.double())
+            (loss / gas).backward()
+            losses.append(float(loss.detach()))
+        clip = config.get("gradient_clipping", 0.0)
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        optimizer.zero_grad()
+    masters = {name: param.detach().tolist() for name, param in model.named_parameters()}
+    with open(out_path, "w") as f:
+        json.dump({"losses": losses, "masters": masters, "names": names, "step_seconds": []}, f)
+
+
+def run_lamb(torch, config, model, names, steps, out_path, per_partition):
+    """Lamb in float64 with dsrt's formulas (update = m / (sqrt(v) + eps) + wd * w, step size
+    lr * sqrt(1 - b2^t) / (1 - b1^t) times the trust ratio ||w|| / ||update|| clamped to
+    [min_coeff, max_coeff]): the trust ratio per tensor (the paper's Lamb, dsrt's), or one over the
+    whole flattened partition, as DeepSpeed's fused Lamb computes it at stages 1-3 (one rank: one
+    partition). DeepSpeed's CPU accelerator has no Lamb kernel, so this stands in for its side."""
+    gas = config["gradient_accumulation_steps"]
+    p = config["optimizer"]["params"]
+    lr, (b1, b2) = p["lr"], tuple(p.get("betas", (0.9, 0.999)))
+    eps, wd = p.get("eps", 1e-8), p.get("weight_decay", 0.0)
+    lo, hi = p.get("min_coeff", 0.01), p.get("max_coeff", 10.0)
+    model = model.double()
+    params = list(model.parameters())
+    m = [torch.zeros_like(w) for w in params]
+    v = [torch.zeros_like(w) for w in params]
+    losses = []
+    for step in range(steps):
+        for micro in range(gas):
+            x, y = batch(torch, step, micro)
+            loss = torch.nn.functional.mse_loss(model(x.double()), y.double())
+            (loss / gas).backward()
+            losses.append(float(loss.detach()))
+        clip = config.get("gradient_clipping", 0.0)
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(params, clip)
+        t = step + 1
+        size = lr * (1 - b2 ** t) ** 0.5 / (1 - b1 ** t)
+        with torch.no_grad():
+            updates = []
+            for i, w in enumerate(params):
+                m[i].mul_(b1).add_(w.grad, alpha=1 - b1)
+                v[i].mul_(b2).addcmul_(w.grad, w.grad, value=1 - b2)
+                updates.append(m[i] / (v[i].sqrt() + eps) + wd * w)
+
+            def trust(w_norm, u_norm):
+                return 1.0 if w_norm == 0 or u_norm == 0 else min(max(w_norm / u_norm, lo), hi)
+            if per_partition:
+                ratio = trust(float(torch.cat([w.flatten() for w in params]).norm()),
+                              float(torch.cat([u.flatten() for u in updates]).norm()))
+                ratios = [ratio] * len(params)
+            else:
+                ratios = [trust(float(w.norm()), float(u.norm())) for w, u in zip(params, updates)]
+            for w, u, r in zip(params, updates, ratios):
+                w.sub_(size * r * u)
+                w.grad = None
+    masters = {name: param.detach().tolist() for name, param in model.named_parameters()}
+    with open(out_path, "w") as f:
+        json.dump({"losses": losses, "masters": masters, "names": names, "step_seconds": []}, f)
 
 
 def flat(torch, values):
@@ -202,7 +288,16 @@ def table(selected, out):
             with open(config_path, "w") as f:
                 json.dump(config, f)
             results = {}
-            for engine in ("deepspeed", "dsrt"):
+            # 16-bit rows with AdamW and no schedule get a float64 recompute to measure both against.
+            engines = ["deepspeed", "dsrt"]
+            if "lamb" in name:
+                # DeepSpeed's CPU accelerator has no Lamb: its per-partition trust ratio is emulated,
+                # and the per-tensor emulation checks the emulation against dsrt.
+                engines = ["lamb-partition", "dsrt", "lamb-tensor"]
+            elif (not name.startswith("fp32") and world == 1 and "scheduler" not in config
+                    and config["optimizer"]["type"] == "AdamW"):
+                engines.append("float64")
+            for engine in engines:
                 result = os.path.join(tmp, "%s.%s.out" % (name, engine))
                 command = [sys.executable, os.path.join(here, "deepspeed_parity.py"), "run", engine, config_path,
                            str(steps), result]
@@ -237,14 +332,23 @@ def table(selected, out):
                 else:
                     with open(result) as f:
                         results[engine] = json.load(f)
-            if results["deepspeed"] is None or results["dsrt"] is None:
+            first = engines[0]
+            if results[first] is None or results["dsrt"] is None:
                 rows.append((name, None))
+            elif "lamb" in name:
+                row = compare(torch, results["lamb-partition"], results["dsrt"])
+                rows.append((name + " (DeepSpeed side: per-partition emulation; dsrt vs per-tensor emulation "
+                             "%.1e)" % compare(torch, results["lamb-tensor"], results["dsrt"])[1], row))
             else:
-                rows.append((name, compare(torch, results["deepspeed"], results["dsrt"])))
+                row = compare(torch, results["deepspeed"], results["dsrt"])
+                if results.get("float64") is not None:
+                    row = row + (compare(torch, results["float64"], results["deepspeed"])[1],
+                                 compare(torch, results["float64"], results["dsrt"])[1])
+                rows.append((name, row))
             print(format_row(rows[-1]), flush=True)
     text = "\n".join(["| case | loss rel. err (max over micro-steps) | master rel. err (max over tensors) | "
-                      "first loss DeepSpeed / dsrt | within tolerance |",
-                      "| --- | --- | --- | --- | --- |"] + [format_row(r) for r in rows]) + "\n"
+                      "first loss DeepSpeed / dsrt | masters vs float64: DeepSpeed / dsrt | within tolerance |",
+                      "| --- | --- | --- | --- | --- | --- |"] + [format_row(r) for r in rows]) + "\n"
     if out:
         with open(out, "w") as f:
             f.write(text)
@@ -260,10 +364,11 @@ def within(name, loss_err, master_err):
 def format_row(row):
     name, result = row
     if result is None:
-        return "| %s | failed | failed | - | no |" % name
-    loss_err, master_err, first_a, first_b = result
-    return "| %s | %.2e | %.2e | %.6f / %.6f | %s |" % (name, loss_err, master_err, first_a, first_b,
-                                                       "yes" if within(name, loss_err, master_err) else "NO")
+        return "| %s | failed | failed | - | - | no |" % name
+    loss_err, master_err, first_a, first_b = result[:4]
+    exact = "%.2e / %.2e" % result[4:6] if len(result) > 4 else "-"
+    return "| %s | %.2e | %.2e | %.6f / %.6f | %s | %s |" % (name, loss_err, master_err, first_a, first_b, exact,
+                                                            "yes" if within(name, loss_err, master_err) else "NO")
 
 
 def main():
@@ -273,7 +378,7 @@ def main():
     t.add_argument("--cases", nargs="*")
     t.add_argument("--out")
     r = sub.add_parser("run")
-    r.add_argument("engine", choices=("deepspeed", "dsrt"))
+    r.add_argument("engine", choices=("deepspeed", "dsrt", "float64", "lamb-tensor", "lamb-partition"))
     r.add_argument("config")
     r.add_argument("steps", type=int)
     r.add_argument("out")
