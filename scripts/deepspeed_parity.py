@@ -104,7 +104,12 @@ def case_list():
     for stage in (0, 1, 2, 3):
         cases.append(("fp32-stage%d-gas2-2ranks" % stage, base(stage, gas=2), STEPS, 2))
     cases.append(("bf16-stage2-2ranks", base(2, gas=2, bf16={"enabled": True}), STEPS, 2))
-    return cases
+    # Save at step 10, resume in fresh processes, compare at step 20 (the losses are those after the resume).
+    for stage in (2, 3):
+        cases.append(("fp32-stage%d-resume-at-10" % stage, base(stage, gas=2, scheduler={
+            "type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 0.01, "warmup_num_steps": 15}}),
+            20, 1, 10))
+    return [c if len(c) == 5 else c + (0,) for c in cases]
 
 
 def make_model(torch):
@@ -140,7 +145,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run(engine_name, config_path, steps, out_path):
+def run(engine_name, config_path, steps, out_path, resume_at=0, phase=0, checkpoint=""):
+    """phase 1: train resume_at steps and save a checkpoint; phase 2: load it in this fresh process
+    and train on to `steps` (only these losses are recorded). phase 0: train `steps` at once."""
     import torch
     with open(config_path) as f:
         config = json.load(f)
@@ -162,7 +169,13 @@ def run(engine_name, config_path, steps, out_path):
         engine, optimizer, _, _ = dsrt.initialize(model=model, model_parameters=model.parameters(), config=config_path)
     dtype = torch.bfloat16 if config.get("bf16", {}).get("enabled") else torch.float32
     losses, times, lrs, moms = [], [], [], []
-    for step in range(steps):
+    first, last = 0, steps
+    if phase == 1:
+        last = resume_at
+    elif phase == 2:
+        engine.load_checkpoint(checkpoint, tag="parity")
+        first = resume_at
+    for step in range(first, last):
         start = time.perf_counter()
         for micro in range(gas):
             x, y = batch(torch, step, micro)
@@ -174,6 +187,9 @@ def run(engine_name, config_path, steps, out_path):
         lrs.append(float(engine.get_lr()[0]))
         group = optimizer.param_groups[0]
         moms.append(float(group["betas"][0]) if "betas" in group else float(group.get("momentum", 0.0)))
+    if phase == 1:
+        engine.save_checkpoint(checkpoint, tag="parity")
+        return
     masters = {}
     for name, param in engine.module.named_parameters():
         if engine_name == "deepspeed":
@@ -283,7 +299,7 @@ def table(selected, out):
     here = os.path.dirname(os.path.abspath(__file__))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, config, steps, world in cases:
+        for name, config, steps, world, resume_at in cases:
             config_path = os.path.join(tmp, name + ".json")
             with open(config_path, "w") as f:
                 json.dump(config, f)
@@ -301,6 +317,25 @@ def table(selected, out):
                 result = os.path.join(tmp, "%s.%s.out" % (name, engine))
                 command = [sys.executable, os.path.join(here, "deepspeed_parity.py"), "run", engine, config_path,
                            str(steps), result]
+                if resume_at:
+                    checkpoint = os.path.join(tmp, "%s.%s.ckpt" % (name, engine))
+                    env = dict(os.environ, DS_ACCELERATOR="cpu", DSRT_LOG_LEVEL="error", OMP_NUM_THREADS="1",
+                               MASTER_ADDR="127.0.0.1", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
+                    failed = ""
+                    for phase in (1, 2):
+                        proc = subprocess.run(command + ["--resume-at", str(resume_at), "--phase", str(phase),
+                                                         "--checkpoint", checkpoint],
+                                              env=dict(env, MASTER_PORT=str(free_port())), capture_output=True, text=True)
+                        if proc.returncode != 0:
+                            failed += proc.stderr[-3000:]
+                            break
+                    if failed:
+                        results[engine] = None
+                        sys.stderr.write("%s / %s failed:\n%s\n" % (name, engine, failed))
+                    else:
+                        with open(result) as f:
+                            results[engine] = json.load(f)
+                    continue
                 env = dict(os.environ, DS_ACCELERATOR="cpu", DSRT_LOG_LEVEL="error", OMP_NUM_THREADS="1")
                 if world == 1:
                     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", LOCAL_RANK="0",
@@ -382,9 +417,12 @@ def main():
     r.add_argument("config")
     r.add_argument("steps", type=int)
     r.add_argument("out")
+    r.add_argument("--resume-at", type=int, default=0)
+    r.add_argument("--phase", type=int, default=0)
+    r.add_argument("--checkpoint", default="")
     args = parser.parse_args()
     if args.command == "run":
-        run(args.engine, args.config, args.steps, args.out)
+        run(args.engine, args.config, args.steps, args.out, args.resume_at, args.phase, args.checkpoint)
         return 0
     return 0 if table(args.cases, args.out) else 1
 
