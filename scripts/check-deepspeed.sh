@@ -15,6 +15,8 @@
 #   DSRT_DEEPSPEED_VERSION  deepspeed to install (default 0.19.8, the version the defaults follow)
 #   DSRT_PARITY_CASES       a space-separated subset of the cases (default: all)
 #   DSRT_PARITY_OUT         write the markdown table there too
+#   DSRT_PARITY_BENCH_WIDTH also print step times side by side (a bench, not a test) on an MLP of
+#                           3 * WIDTH^2 parameters (1536: 7M; 2560: 20M)
 # Exits 0 with a message, running nothing, when the packages cannot be fetched (no network).
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
@@ -96,4 +98,10 @@ out=()
 [ -n "${DSRT_PARITY_OUT:-}" ] && out=(--out "$DSRT_PARITY_OUT")
 PYTHONPATH=$build/python DSRT_BUILD_DIR=$build "$venv/bin/python" "$repo/scripts/deepspeed_parity.py" table \
   ${cases[@]+--cases "${cases[@]}"} "${out[@]}" || status=1
+
+if [ -n "${DSRT_PARITY_BENCH_WIDTH:-}" ]; then
+  echo "== step time side by side (bench)"
+  PYTHONPATH=$build/python DSRT_BUILD_DIR=$build "$venv/bin/python" "$repo/scripts/deepspeed_bench.py" \
+    --width "$DSRT_PARITY_BENCH_WIDTH"
+fi
 exit $status

@@ -114,6 +114,8 @@ def case_list():
 
 def make_model(torch):
     torch.manual_seed(1234)
+    if os.environ.get("DSRT_PARITY_BENCH_WIDTH"):
+        return bench_model(torch, int(os.environ["DSRT_PARITY_BENCH_WIDTH"]))
 
     class Net(torch.nn.Module):
         def __init__(self):
@@ -132,6 +134,13 @@ def make_model(torch):
 
 def rank():
     return int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
+
+
+def bench_model(torch, width):
+    """scripts/deepspeed_bench.py's MLP: IN -> width -> width -> width -> OUT (3 * width^2 parameters and change)."""
+    return torch.nn.Sequential(torch.nn.Linear(IN, width), torch.nn.GELU(), torch.nn.Linear(width, width),
+                               torch.nn.GELU(), torch.nn.Linear(width, width), torch.nn.GELU(),
+                               torch.nn.Linear(width, OUT))
 
 
 def batch(torch, step, micro):
@@ -168,7 +177,7 @@ def run(engine_name, config_path, steps, out_path, resume_at=0, phase=0, checkpo
         import dsrt
         engine, optimizer, _, _ = dsrt.initialize(model=model, model_parameters=model.parameters(), config=config_path)
     dtype = torch.bfloat16 if config.get("bf16", {}).get("enabled") else torch.float32
-    losses, times, lrs, moms = [], [], [], []
+    losses, times, lrs, moms, step_times = [], [], [], [], []
     first, last = 0, steps
     if phase == 1:
         last = resume_at
@@ -181,7 +190,9 @@ def run(engine_name, config_path, steps, out_path, resume_at=0, phase=0, checkpo
             x, y = batch(torch, step, micro)
             loss = torch.nn.functional.mse_loss(engine(x.to(dtype)).float(), y)
             engine.backward(loss)
+            step_start = time.perf_counter()
             engine.step()
+            step_times.append(time.perf_counter() - step_start)
             losses.append(float(loss.detach()))
         times.append(time.perf_counter() - start)
         lrs.append(float(engine.get_lr()[0]))
@@ -200,7 +211,7 @@ def run(engine_name, config_path, steps, out_path, resume_at=0, phase=0, checkpo
     if rank() == 0:
         with open(out_path, "w") as f:
             json.dump({"losses": losses, "masters": masters, "names": names, "step_seconds": times, "lrs": lrs,
-                       "momentums": moms}, f)
+                       "momentums": moms, "engine_step_seconds": step_times}, f)
 
 
 def run_float64(torch, config, model, names, steps, out_path):
@@ -321,6 +332,7 @@ def table(selected, out):
                     checkpoint = os.path.join(tmp, "%s.%s.ckpt" % (name, engine))
                     env = dict(os.environ, DS_ACCELERATOR="cpu", DSRT_LOG_LEVEL="error", OMP_NUM_THREADS="1",
                                MASTER_ADDR="127.0.0.1", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
+                    env.pop("DSRT_PARITY_BENCH_WIDTH", None)
                     failed = ""
                     for phase in (1, 2):
                         proc = subprocess.run(command + ["--resume-at", str(resume_at), "--phase", str(phase),
@@ -337,6 +349,7 @@ def table(selected, out):
                             results[engine] = json.load(f)
                     continue
                 env = dict(os.environ, DS_ACCELERATOR="cpu", DSRT_LOG_LEVEL="error", OMP_NUM_THREADS="1")
+                env.pop("DSRT_PARITY_BENCH_WIDTH", None)  # the parity job's own model
                 if world == 1:
                     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", LOCAL_RANK="0",
                                WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
