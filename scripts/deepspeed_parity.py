@@ -104,6 +104,10 @@ def case_list():
     for stage in (0, 1, 2, 3):
         cases.append(("fp32-stage%d-gas2-2ranks" % stage, base(stage, gas=2), STEPS, 2))
     cases.append(("bf16-stage2-2ranks", base(2, gas=2, bf16={"enabled": True}), STEPS, 2))
+    # fp16 (DeepSpeed's CPU capability check bypassed on its side), a dynamic scale that overflows.
+    for stage, gas in ((1, 1), (2, 1), (3, 1), (2, 2)):
+        cases.append(("fp16-stage%d-gas%d" % (stage, gas), base(stage, gas=gas, fp16={
+            "enabled": True, "initial_scale_power": 16, "loss_scale_window": 2, "hysteresis": 1}), 8, 1))
     # Save at step 10, resume in fresh processes, compare at step 20 (the losses are those after the resume).
     for stage in (2, 3):
         cases.append(("fp32-stage%d-resume-at-10" % stage, base(stage, gas=2, scheduler={
@@ -162,6 +166,12 @@ def run(engine_name, config_path, steps, out_path, resume_at=0, phase=0, checkpo
         config = json.load(f)
     gas = config["gradient_accumulation_steps"]
     model = make_model(torch)
+    if config.get("fp16", {}).get("enabled"):
+        # DeepSpeed builds its fp32 masters from the fp16-cast model at every stage (dsrt from the
+        # fp32 values): start from fp16-representable weights, so the rows compare loss scaling.
+        with torch.no_grad():
+            for param in model.parameters():
+                param.copy_(param.half().float())
     names = [name for name, _ in model.named_parameters()]
     if engine_name == "float64":
         return run_float64(torch, config, model, names, steps, out_path)
@@ -171,13 +181,20 @@ def run(engine_name, config_path, steps, out_path, resume_at=0, phase=0, checkpo
         import deepspeed
         from deepspeed.utils import safe_get_full_fp32_param
         deepspeed.init_distributed(dist_backend="gloo")
+        if config.get("fp16", {}).get("enabled"):
+            # DeepSpeed's CPU accelerator refuses fp16; bypass only that capability check.
+            from deepspeed.accelerator import get_accelerator
+            accelerator = get_accelerator()
+            accelerator.is_fp16_supported = lambda: True
+            accelerator.supported_dtypes = lambda: [torch.float, torch.half, torch.bfloat16]
         engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                                        config=config_path)
     else:
         import dsrt
         engine, optimizer, _, _ = dsrt.initialize(model=model, model_parameters=model.parameters(), config=config_path)
-    dtype = torch.bfloat16 if config.get("bf16", {}).get("enabled") else torch.float32
-    losses, times, lrs, moms, step_times = [], [], [], [], []
+    dtype = (torch.bfloat16 if config.get("bf16", {}).get("enabled") else
+             torch.float16 if config.get("fp16", {}).get("enabled") else torch.float32)
+    losses, times, lrs, moms, step_times, scales = [], [], [], [], [], []
     first, last = 0, steps
     if phase == 1:
         last = resume_at
@@ -196,6 +213,8 @@ def run(engine_name, config_path, steps, out_path, resume_at=0, phase=0, checkpo
             losses.append(float(loss.detach()))
         times.append(time.perf_counter() - start)
         lrs.append(float(engine.get_lr()[0]))
+        scales.append(float(engine.optimizer.loss_scale if engine_name == "deepspeed" and
+                            hasattr(engine.optimizer, "loss_scale") else getattr(engine, "loss_scale", 1.0)))
         group = optimizer.param_groups[0]
         moms.append(float(group["betas"][0]) if "betas" in group else float(group.get("momentum", 0.0)))
     if phase == 1:
@@ -211,7 +230,7 @@ def run(engine_name, config_path, steps, out_path, resume_at=0, phase=0, checkpo
     if rank() == 0:
         with open(out_path, "w") as f:
             json.dump({"losses": losses, "masters": masters, "names": names, "step_seconds": times, "lrs": lrs,
-                       "momentums": moms, "engine_step_seconds": step_times}, f)
+                       "momentums": moms, "engine_step_seconds": step_times, "loss_scales": scales}, f)
 
 
 def run_float64(torch, config, model, names, steps, out_path):
@@ -315,13 +334,14 @@ def table(selected, out):
             with open(config_path, "w") as f:
                 json.dump(config, f)
             results = {}
-            # 16-bit rows with AdamW and no schedule get a float64 recompute to measure both against.
+            # bf16 rows with AdamW and no schedule get a float64 recompute to measure both against
+            # (fp16 rows skip steps on overflow, which a float64 run does not).
             engines = ["deepspeed", "dsrt"]
             if "lamb" in name:
                 # DeepSpeed's CPU accelerator has no Lamb: its per-partition trust ratio is emulated,
                 # and the per-tensor emulation checks the emulation against dsrt.
                 engines = ["lamb-partition", "dsrt", "lamb-tensor"]
-            elif (not name.startswith("fp32") and world == 1 and "scheduler" not in config
+            elif (name.startswith("bf16") and world == 1 and "scheduler" not in config
                     and config["optimizer"]["type"] == "AdamW"):
                 engines.append("float64")
             for engine in engines:
@@ -389,6 +409,13 @@ def table(selected, out):
                              "%.1e)" % compare(torch, results["lamb-tensor"], results["dsrt"])[1], row))
             else:
                 row = compare(torch, results["deepspeed"], results["dsrt"])
+                if name.startswith("fp16"):
+                    # The dynamic loss scale after every step, which must be the same history.
+                    same = results["deepspeed"]["loss_scales"] == results["dsrt"]["loss_scales"]
+                    name += " (loss scales %s: %s)" % ("equal" if same else "DIFFER",
+                                                       " ".join("%g" % x for x in results["dsrt"]["loss_scales"]))
+                    if not same:
+                        row = row[:1] + (float("inf"),) + row[2:]
                 if results.get("float64") is not None:
                     row = row + (compare(torch, results["float64"], results["deepspeed"])[1],
                                  compare(torch, results["float64"], results["dsrt"])[1])
