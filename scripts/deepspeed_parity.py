@@ -104,6 +104,8 @@ def case_list():
     for stage in (0, 1, 2, 3):
         cases.append(("fp32-stage%d-gas2-2ranks" % stage, base(stage, gas=2), STEPS, 2))
     cases.append(("bf16-stage2-2ranks", base(2, gas=2, bf16={"enabled": True}), STEPS, 2))
+    cases.append(("fp32-stage3-offload-both-2ranks", base(3, gas=2, optimizer=cpu_adam, zero_optimization={
+        "stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}), STEPS, 2))
     # fp16 (DeepSpeed's CPU capability check bypassed on its side), a dynamic scale that overflows.
     for stage, gas in ((1, 1), (2, 1), (3, 1), (2, 2)):
         cases.append(("fp16-stage%d-gas%d" % (stage, gas), base(stage, gas=gas, fp16={
