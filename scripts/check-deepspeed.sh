@@ -49,6 +49,10 @@ if ! have_packages; then
   fi
 fi
 export DS_ACCELERATOR=cpu
+if ! dpkg -s libaio-dev >/dev/null 2>&1; then
+  echo "note: libaio-dev is not installed; DeepSpeed cannot build its async_io op, so the NVMe row fails" \
+       "(apt-get install libaio-dev)"
+fi
 "$venv/bin/python" -c 'import sys, torch, deepspeed; print("python", sys.version.split()[0], "torch", torch.__version__, "deepspeed", deepspeed.__version__)'
 if ! PYTHONPATH=$build/python "$venv/bin/python" -c 'import dsrt' 2>/dev/null; then
   echo "the binding in $build does not import with $venv/bin/python: build it for this Python's minor version" >&2

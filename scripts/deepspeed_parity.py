@@ -98,6 +98,10 @@ def case_list():
         "stage": 2, "offload_optimizer": {"device": "cpu"}}), STEPS, 1))
     cases.append(("fp32-stage3-offload-both", base(3, optimizer=cpu_adam, zero_optimization={
         "stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}), STEPS, 1))
+    cases.append(("fp32-stage3-nvme-optimizer", base(3, optimizer=cpu_adam, zero_optimization={
+        "stage": 3, "sub_group_size": 10000, "offload_optimizer": {"device": "nvme", "nvme_path": "NVME_PATH"},
+        "offload_param": {"device": "nvme", "nvme_path": "NVME_PATH"}},
+        aio={"block_size": 262144, "queue_depth": 8, "single_submit": False, "overlap_events": True}), STEPS, 1))
     cases.append(("bf16-stage3-offload-both", base(3, optimizer=cpu_adam, bf16={"enabled": True}, zero_optimization={
         "stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}), STEPS, 1))
     # Two ranks (torchrun-style gloo processes for DeepSpeed, mpirun for dsrt).
@@ -334,7 +338,9 @@ def table(selected, out):
         for name, config, steps, world, resume_at in cases:
             config_path = os.path.join(tmp, name + ".json")
             with open(config_path, "w") as f:
-                json.dump(config, f)
+                # NVMe offload: each engine's swap folder under this run's temporary folder.
+                f.write(json.dumps(config).replace("NVME_PATH", os.path.join(tmp, "nvme")))
+            os.makedirs(os.path.join(tmp, "nvme"), exist_ok=True)
             results = {}
             # bf16 rows with AdamW and no schedule get a float64 recompute to measure both against
             # (fp16 rows skip steps on overflow, which a float64 run does not).
