@@ -98,7 +98,7 @@ def case_list():
         "stage": 2, "offload_optimizer": {"device": "cpu"}}), STEPS, 1))
     cases.append(("fp32-stage3-offload-both", base(3, optimizer=cpu_adam, zero_optimization={
         "stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}), STEPS, 1))
-    cases.append(("fp32-stage3-nvme-optimizer", base(3, optimizer=cpu_adam, zero_optimization={
+    cases.append(("fp32-stage3-nvme-both", base(3, optimizer=cpu_adam, zero_optimization={
         "stage": 3, "sub_group_size": 10000, "offload_optimizer": {"device": "nvme", "nvme_path": "NVME_PATH"},
         "offload_param": {"device": "nvme", "nvme_path": "NVME_PATH"}},
         aio={"block_size": 262144, "queue_depth": 8, "single_submit": False, "overlap_events": True}), STEPS, 1))
