@@ -111,7 +111,7 @@ def case_list():
     cases.append(("fp32-stage3-offload-both-2ranks", base(3, gas=2, optimizer=cpu_adam, zero_optimization={
         "stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}), STEPS, 2))
     # fp16 (DeepSpeed's CPU capability check bypassed on its side), a dynamic scale that overflows.
-    for stage, gas in ((1, 1), (2, 1), (3, 1), (2, 2)):
+    for stage, gas in ((0, 1), (1, 1), (2, 1), (3, 1), (2, 2)):
         cases.append(("fp16-stage%d-gas%d" % (stage, gas), base(stage, gas=gas, fp16={
             "enabled": True, "initial_scale_power": 16, "loss_scale_window": 2, "hysteresis": 1}), 8, 1))
     # Save at step 10, resume in fresh processes, compare at step 20 (the losses are those after the resume).
