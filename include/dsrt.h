@@ -151,8 +151,10 @@ typedef struct dsrt_checkpoint dsrt_checkpoint;
 ** CONFIG -- a DeepSpeed JSON configuration
 **
 ** The text is read the way DeepSpeed reads it: // and # comments and trailing commas are
-** accepted; duplicate keys are an error. Every section is validated against DeepSpeed's schema:
-** an unknown key is an error naming its full path and the nearest valid key; a wrong type or range
+** accepted; duplicate keys are an error. Every section is validated against DeepSpeed's schema
+** (DeepSpeed 0.19.8's keys, ranges and defaults): an unknown key inside a section is an error naming
+** its full path and the nearest valid key; an unknown top-level key is a warning (DeepSpeed ignores
+** it) unless it is close to a known key or a known misplaced name, which stay errors; a wrong type or range
 ** names the key, the value and what is allowed; a key dsrt knows but does not implement is
 ** reported, never dropped. All errors found are listed in the message, one per line.
 **

@@ -22,7 +22,9 @@ const char kUsage[] =
     "       DeepSpeed's schema and prints every error found, each with its line:column and key path.\n"
     "       It lists the \"auto\" values the host still has to resolve, the settings dsrt does not act\n"
     "       on (warnings) and the enabled features dsrt does not implement.\n"
-    "show   prints the effective config: every key DeepSpeed has, with the value in force.\n"
+    "show   prints the effective config as DeepSpeed JSON (stdout) that DeepSpeed itself accepts: every\n"
+    "       key DeepSpeed has, with the value in force. dsrt's own keys, and the optimizer/scheduler\n"
+    "       parameters the file does not give (with the defaults dsrt applies), are listed apart on stderr.\n"
     "\n"
     "  --hidden-size H  resolve the \"auto\" hidden-size keys as the HF Trainer does: reduce_bucket_size =\n"
     "                   H*H, stage3_prefetch_bucket_size = 0.9*H*H, stage3_param_persistence_threshold = 10*H\n"
@@ -99,26 +101,38 @@ int parse_options(const std::vector<std::string> &args, Options *options) {
   return -1;
 }
 
-void ignore_log(int32_t, const char *, void *) {}
+// Warnings reading the file raises are collected here, to be printed even when it has errors.
+void collect_warnings(int32_t level, const char *message, void *user) {
+  if (level == DSRT_LOG_WARN && message != nullptr) static_cast<std::vector<std::string> *>(user)->push_back(message);
+}
 
 int run_config(const std::vector<std::string> &args) {
   Options options;
   int early = parse_options(args, &options);
   if (early >= 0) return early;
-  // Warnings are printed below, once, with the rest of the report.
-  dsrt_set_log_callback(ignore_log, nullptr);
+  // Warnings are printed below, once, with the rest of the report (also when there are errors).
+  std::vector<std::string> load_warnings;
+  dsrt_set_log_callback(collect_warnings, &load_warnings);
 
   std::unique_ptr<Config> config;
   Status status = Config::load(options.file, &config);
+  dsrt_set_log_callback(nullptr, nullptr);
   if (status.ok() && options.hidden_size > 0) status = config->set_hidden_size(options.hidden_size);
   if (status.ok() && options.world_size > 0) status = config->set_world_size(static_cast<int>(options.world_size));
   if (!status.ok()) {
+    const std::vector<std::string> &warnings = config ? config->warnings() : load_warnings;
+    for (const std::string &warning : warnings) std::fprintf(stderr, "warning: %s\n", warning.c_str());
     std::fprintf(stderr, "%s\n", status.message().c_str());
     return kExitFailure;
   }
 
   if (options.action == "show") {
-    std::fputs(config->to_json().c_str(), stdout);
+    std::vector<std::string> apart;
+    std::fputs(config->to_deepspeed_json(&apart).c_str(), stdout);
+    if (!apart.empty()) {
+      std::fprintf(stderr, "not in the DeepSpeed JSON above (dsrt's keys, and defaults dsrt applies):\n");
+      for (const std::string &line : apart) std::fprintf(stderr, "  %s\n", line.c_str());
+    }
     return kExitOk;
   }
 

@@ -23,7 +23,6 @@ struct Alias {
 
 const Alias kAliases[] = {
     {"", "bfloat16", "bf16", true},
-    {"aio", "thread_count", "intra_op_parallelism", true},
     {"zero_optimization", "stage3_gather_fp16_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save",
      true},
     {"zero_optimization", "gather_16bit_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save", false},
@@ -35,7 +34,6 @@ const Alias kAliases[] = {
     {"zero_optimization", "module_granularity_threshold", "stage3_module_granularity_threshold", false},
     {"zero_optimization", "use_all_reduce_for_fetch_params", "stage3_use_all_reduce_for_fetch_params", false},
     {"zero_optimization", "allgather_sequential", "stage3_allgather_sequential", false},
-    {"zero_optimization", "partition_stream_chunk_size", "stage3_partition_stream_chunk_size", false},
 };
 
 }  // namespace
@@ -54,7 +52,9 @@ std::string canonical_key_path(const std::string &path) {
 Status Config::parse(const std::string &text, const std::string &origin, std::unique_ptr<Config> *out) {
   out->reset();
   JsonNode root;
-  DSRT_RETURN_IF_ERROR(parse_json_text(text, origin, &root));
+  std::vector<NonFiniteLiteral> infinities;
+  DSRT_RETURN_IF_ERROR(parse_json_text(mask_nonfinite_literals(text, &infinities), origin, &root));
+  restore_nonfinite_literals(&root, infinities);
   auto config = std::make_unique<Config>();
   config->origin_ = origin;
   std::vector<Problem> errors;
@@ -64,8 +64,9 @@ Status Config::parse(const std::string &text, const std::string &origin, std::un
   }
   config->read_section(root, "", "", &errors);
   config->check(&errors);
-  if (!errors.empty()) return config->errors_to_status(errors);
+  // Warnings are logged also when there are errors: they may explain them.
   for (const std::string &warning : config->warnings_) logf(DSRT_LOG_WARN, "%s", warning.c_str());
+  if (!errors.empty()) return config->errors_to_status(errors);
   *out = std::move(config);
   return Status::Ok();
 }
@@ -135,6 +136,14 @@ void Config::read_member(const std::string &section, const std::string &display,
     }
   }
 
+  if (section == "aio" && name == "thread_count") {
+    // Dropped by DeepSpeed 0.17 (not renamed: intra_op_parallelism is a different setting).
+    parse_warnings_.push_back(Format("%s: %s: DeepSpeed no longer reads aio.thread_count (dropped in 0.17) and "
+                                     "dsrt ignores it too; it is not intra_op_parallelism, which sets the I/O "
+                                     "threads per request",
+                                     where_at(node).c_str(), shown.c_str()));
+    return;
+  }
   if (section == "zero_optimization" && name == "aio") {
     parse_warnings_.push_back(Format("%s: zero_optimization.aio belongs at the top level of the config "
                                      "(\"aio\": {...} next to \"zero_optimization\"); dsrt reads it as the "
@@ -200,10 +209,35 @@ void Config::read_member(const std::string &section, const std::string &display,
     read_key(*spec, node, shown, errors);
     return;
   }
+  if (section == "optimizer.params" && name == "max_grad_norm") {
+    // DeepSpeed's engine refuses it among the optimizer's parameters, whatever its value.
+    problem("not an optimizer parameter (DeepSpeed refuses it too); clip with the top-level \"gradient_clipping\": " +
+            (node.type == JsonNode::Type::Number ? node.to_text() : std::string("<norm>")) +
+            " and remove it from optimizer.params");
+    return;
+  }
+  if (section.empty() && !top_level_mistake(name)) {
+    // DeepSpeed ignores top-level keys it does not know (only its sections refuse extra keys).
+    parse_warnings_.push_back(Format("%s: %s: unknown top-level key; DeepSpeed ignores it and so does dsrt",
+                                     where_at(node).c_str(), name.c_str()));
+    return;
+  }
   // Explaining an unknown key ("did you mean", where it belongs) scans the schema: a config with
   // 100,000 unknown keys gets the explanation for its first problems only, so checking stays linear.
   constexpr size_t kExplainedProblems = 100;
   problem(errors->size() < kExplainedProblems ? unknown_key_message(section, name) : "unknown key");
+}
+
+bool Config::top_level_mistake(const std::string &name) const {
+  if (known_misplacement(name) != nullptr) return true;
+  if (!nearest_name(name, section_children("", optimizer_type(), scheduler_type())).empty()) return true;
+  for (const KeySpec &spec : all_keys())
+    if (spec.name() == name) return true;  // a key of a section, written at the top level
+  for (const SectionSpec &spec : all_sections()) {
+    size_t dot = spec.path.rfind('.');
+    if (dot != std::string::npos && spec.path.substr(dot + 1) == name) return true;
+  }
+  return false;
 }
 
 std::string Config::where_at(const JsonNode &node) const {
@@ -353,8 +387,30 @@ void Config::read_typed_members(const JsonNode &node, const std::string &section
   }
 }
 
+const char *known_misplacement(const std::string &name) {
+  // Top-level names users write for a DeepSpeed section that is spelled otherwise.
+  static const std::pair<const char *, const char *> kMisplaced[] = {
+      {"comms_config", "comms_logger"},
+      {"comm_config", "comms_logger"},
+      {"monitor_config", "csv_monitor, tensorboard or wandb"},
+      {"monitor", "csv_monitor, tensorboard or wandb"},
+      {"zero_config", "zero_optimization"},
+      {"zero", "zero_optimization"},
+      {"optimizer_config", "optimizer"},
+      {"scheduler_config", "scheduler"},
+      {"lr_scheduler", "scheduler"},
+  };
+  for (const auto &entry : kMisplaced)
+    if (name == entry.first) return entry.second;
+  return nullptr;
+}
+
 std::string Config::unknown_key_message(const std::string &section, const std::string &name) const {
   const std::string path = join_path(section, name);
+  if (section.empty()) {
+    if (const char *meant = known_misplacement(name))
+      return std::string("not a DeepSpeed key (DeepSpeed would ignore it); did you mean ") + meant + "?";
+  }
   // A parameter of another optimizer or scheduler type.
   if (section == "optimizer.params" || section == "scheduler.params") {
     bool optimizer = section == "optimizer.params";

@@ -53,6 +53,11 @@ class Config {
   // The effective config as pretty-printed JSON: every section and key DeepSpeed has, with the
   // value in force ("auto" where unresolved, null where DeepSpeed's default is None).
   std::string to_json() const;
+  // The same as DeepSpeed JSON that DeepSpeed itself accepts: keys that are dsrt's only, and the
+  // optimizer/scheduler parameters the config does not give (DeepSpeed passes those sections to
+  // constructors that refuse unknown names), are left out and listed in dsrt_only, one
+  // "path = value  (why)" each.
+  std::string to_deepspeed_json(std::vector<std::string> *dsrt_only) const;
   // Dotted paths of values still "auto" (batch terms the world size derives are not listed).
   std::vector<std::string> unresolved() const;
   // Deprecated aliases, misplaced sections, settings dsrt does not act on.
@@ -92,7 +97,11 @@ class Config {
   void store(const std::string &path, const Value &value, int line, int column, const std::string &spelled,
              std::vector<Problem> *errors);
   std::string unknown_key_message(const std::string &section, const std::string &name) const;
+  // An unknown top-level name that is an error rather than a warning: close to a known name (a
+  // typo), a known misplaced section, or a key of a section written at the top level.
+  bool top_level_mistake(const std::string &name) const;
 
+  std::string build_json(bool deepspeed, std::vector<std::string> *apart) const;
   // Cross-key rules, unsupported features and warnings; refreshes warnings_ and unsupported_.
   void check(std::vector<Problem> *errors);
   Status errors_to_status(const std::vector<Problem> &errors) const;

@@ -52,7 +52,8 @@ JsonNode to_node(const Value &value) {
     case Value::Kind::Number:
       node.type = JsonNode::Type::Number;
       node.number = value.number;
-      node.text = format_number(value.number);
+      // Python's json (DeepSpeed's reader) writes and reads an infinite number as Infinity.
+      node.text = std::isinf(value.number) ? (value.number > 0 ? "Infinity" : "-Infinity") : format_number(value.number);
       break;
     case Value::Kind::String:
       node.type = JsonNode::Type::String;
@@ -60,6 +61,19 @@ JsonNode to_node(const Value &value) {
       break;
   }
   return node;
+}
+
+// Keys and sections DeepSpeed 0.19 removed and refuses outright (dsrt still reads them, off, so
+// that configs written for earlier DeepSpeed load): left out of the DeepSpeed JSON.
+bool removed_by_deepspeed(const std::string &path) {
+  static const char *const kRemoved[] = {
+      "sparse_gradients", "graph_harvesting", "zero_optimization.mics_shard_size",
+      "zero_optimization.mics_hierarchical_params_gather", "zero_optimization.zeropp_loco_param", "amp",
+      "compression_training", "curriculum_learning", "eigenvalue", "elasticity", "nebula", "progressive_layer_drop",
+      "quantize_training", "sparse_attention"};
+  for (const char *removed : kRemoved)
+    if (path == removed) return true;
+  return false;
 }
 
 }  // namespace
@@ -274,17 +288,47 @@ std::string Config::how_to_resolve(const std::string &path) const {
   return spec ? resolve_hint(*spec) : "";
 }
 
-std::string Config::to_json() const {
+std::string Config::to_json() const { return build_json(false, nullptr); }
+
+std::string Config::to_deepspeed_json(std::vector<std::string> *dsrt_only) const {
+  return build_json(true, dsrt_only);
+}
+
+std::string Config::build_json(bool deepspeed, std::vector<std::string> *apart) const {
   JsonNode root;
   root.type = JsonNode::Type::Object;
   Batch batch;
   bool batch_known = world_size_ > 0 && derive_batch(world_size_, &batch).ok();
+  if (apart) apart->clear();
   for (const KeySpec &spec : all_keys()) {
     if (spec_for(spec.path) != &spec) continue;
     if (spec.path.rfind("optimizer.", 0) == 0 && !has_optimizer()) continue;
     if (spec.path.rfind("scheduler.", 0) == 0 && !has_scheduler()) continue;
     const std::string name = spec.name();
     if (name.find('.') != std::string::npos) continue;  // pair elements are printed with their pair
+    if (deepspeed && removed_by_deepspeed(spec.path)) {
+      if (apart) apart->push_back(spec.path + " = " + effective(spec).to_text() + "  (DeepSpeed 0.19 removed this key and refuses it)");
+      continue;
+    }
+    if (deepspeed && spec.dsrt_only) {
+      if (apart) apart->push_back(spec.path + " = " + effective(spec).to_text() + "  (dsrt's key: " + spec.note + ")");
+      continue;
+    }
+    // DeepSpeed hands optimizer.params and scheduler.params to the constructors, which refuse
+    // names they do not take: only the parameters the config gives are DeepSpeed JSON.
+    const bool params = spec.path.rfind("optimizer.params.", 0) == 0 || spec.path.rfind("scheduler.params.", 0) == 0;
+    if (deepspeed && params && !values_.count(spec.path) && !values_.count(spec.path + ".0")) {
+      if (apart) {
+        Value v = spec.type == KeyType::Pair ? Value::null() : effective(spec);
+        std::string shown = v.to_text();
+        if (spec.type == KeyType::Pair)
+          shown = "[" + effective(*spec_for(spec.path + ".0")).to_text() + ", " +
+                  effective(*spec_for(spec.path + ".1")).to_text() + "]";
+        apart->push_back(spec.path + " = " + shown + "  (default dsrt applies; not written, as DeepSpeed's " +
+                         (spec.path[0] == 'o' ? "optimizer" : "scheduler") + " constructor may not take it)");
+      }
+      continue;
+    }
     JsonNode *section = object_at(&root, spec.section());
     JsonNode node;
     if (spec.type == KeyType::Pair) {
@@ -311,6 +355,10 @@ std::string Config::to_json() const {
   }
   for (const auto &entry : opaque_) {
     if (entry.first == "optimizer.params" || entry.first == "scheduler.params") continue;
+    if (deepspeed && removed_by_deepspeed(entry.first)) {
+      if (apart) apart->push_back(entry.first + " = " + entry.second.to_text() + "  (DeepSpeed 0.19 removed this section and refuses it)");
+      continue;
+    }
     size_t dot = entry.first.rfind('.');
     JsonNode *section = object_at(&root, dot == std::string::npos ? "" : entry.first.substr(0, dot));
     section->members.emplace_back(dot == std::string::npos ? entry.first : entry.first.substr(dot + 1), entry.second);

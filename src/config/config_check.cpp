@@ -127,6 +127,26 @@ void Config::check(std::vector<Problem> *errors) {
       warnings_.push_back(where(entry.first) + ": " + entry.first + " is set: " + section->note);
   }
 
+  // dsrt accumulates gradients in fp32 (exact over micro-steps and ranks): "fp32" says just that.
+  Value accum = value_of("data_types.grad_accum_dtype");
+  if (accum.kind == Value::Kind::String && accum.text != "fp32")
+    unsupported_.push_back("data_types.grad_accum_dtype = " + accum.to_text() +
+                           ": accumulating gradients in 16 bits is not implemented (dsrt accumulates them in fp32, "
+                           "which is exact and costs 4 bytes per element); set it to \"fp32\" or remove it");
+
+  // data_types.param_dtype: DeepSpeed casts the parameters to it; dsrt's working copies are in the
+  // precision's dtype (fp16/bf16/fp32), so only that one is implemented.
+  Value param_dtype = value_of("data_types.param_dtype");
+  if (param_dtype.kind == Value::Kind::String) {
+    const std::string working = value_of("fp16.enabled") == Value::of_bool(true)   ? "fp16"
+                                : value_of("bf16.enabled") == Value::of_bool(true) ? "bf16"
+                                                                                    : "fp32";
+    if (param_dtype.text != working)
+      unsupported_.push_back("data_types.param_dtype = " + param_dtype.to_text() + ": parameters in another dtype "
+                             "than the precision's (" + working + ") are not implemented; remove it or set it to \"" +
+                             working + "\"");
+  }
+
   // --- rules across keys
   if (value_of("fp16.enabled") == Value::of_bool(true) && value_of("bf16.enabled") == Value::of_bool(true))
     error("bf16.enabled", "fp16.enabled and bf16.enabled are both true; enable at most one of them");
@@ -138,13 +158,14 @@ void Config::check(std::vector<Problem> *errors) {
     Value device = value_of(base + ".device");
     if (device.kind != Value::Kind::String || device.text == "none") continue;
     bool is_param = std::string(which) == "offload_param";
-    if (stage_known && is_param && stage != 3)
-      error(base + ".device", Format("parameter offload needs zero_optimization.stage 3, but the stage is %s; set "
-                                     "the stage to 3 or %s.device to \"none\"",
-                                     format_number(stage).c_str(), base.c_str()));
-    if (stage_known && !is_param && stage == 0)
-      error(base + ".device", "optimizer offload needs zero_optimization.stage 1, 2 or 3, but the stage is 0; raise "
-                              "the stage or set " + base + ".device to \"none\"");
+    // DeepSpeed reads offload_param only at stage 3 and offload_optimizer only from stage 1 on, and
+    // ignores them below; so does dsrt (resolve() leaves them off), saying so.
+    if (stage_known && ((is_param && stage != 3) || (!is_param && stage == 0))) {
+      warnings_.push_back(where(base + ".device") + ": " + base + ".device = " + device.to_text() + " has no effect at " +
+                          "zero_optimization.stage " + format_number(stage) + " (DeepSpeed ignores it too): " +
+                          (is_param ? "parameter offload needs stage 3" : "optimizer offload needs stage 1, 2 or 3"));
+      continue;
+    }
     // DeepSpeed refuses NVMe optimizer offload below stage 3; dsrt's engine runs it at stages 1 and 2
     // too (bitwise equal to the in-memory engine). Said, so a config shared with DeepSpeed is not a surprise there.
     if (stage_known && !is_param && (stage == 1 || stage == 2) && device.text == "nvme")
@@ -195,6 +216,11 @@ void Config::check(std::vector<Problem> *errors) {
                                                    format_number(hi) + ")");
     }
   }
+  if (sched == 4 && (optimizer_type() == 2 || optimizer_type() == 4) &&
+      value_of("scheduler.params.cycle_momentum") == Value::of_bool(true))
+    warnings_.push_back(where("scheduler.params.cycle_momentum") +
+                        ": scheduler.params.cycle_momentum is true, but " + kOptimizerTypes[optimizer_type()] +
+                        " has no betas: as in DeepSpeed, OneCycle does not cycle its momentum");
   if (optimizer_type() == 3) {  // Lamb
     double lo = 0, hi = 0;
     if (number_of("optimizer.params.min_coeff", &lo) && number_of("optimizer.params.max_coeff", &hi) && lo > hi)

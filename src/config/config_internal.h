@@ -23,6 +23,10 @@ std::vector<SectionSpec> build_schema_sections();
 // ("aio.thread_count" -> "aio.intra_op_parallelism", "zero_optimization.aio.x" -> "aio.x").
 std::string canonical_key_path(const std::string &path);
 
+// For a top-level name users write for a section DeepSpeed spells otherwise ("comms_config"),
+// the section(s) meant ("comms_logger"); null for any other name.
+const char *known_misplacement(const std::string &name);
+
 // Converts a JSON value for spec (a Pair is handled by the caller); "" or what is wrong
 // ("expected ..., got ..."), without the key path.
 std::string value_from_json(const KeySpec &spec, const JsonNode &node, Value *out);
@@ -34,7 +38,17 @@ std::string check_value(const KeySpec &spec, Value *value);
 // How the host resolves an "auto" at path (the setter to call).
 std::string resolve_hint(const KeySpec &spec);
 
-// Pretty-prints a JSON tree (two-space indent).
+// Pretty-prints a JSON tree (two-space indent); an infinite Number prints as Infinity.
 std::string print_json(const JsonNode &node);
+
+// The bare words Infinity and -Infinity (Python's json writes float("inf") so; DeepSpeed reads
+// them): mask_nonfinite_literals returns the text with each masked as a finite number at the same
+// line and column, and restore_nonfinite_literals gives the Numbers read there their infinite value.
+struct NonFiniteLiteral {
+  int line = 0, column = 0;
+  bool negative = false;
+};
+std::string mask_nonfinite_literals(const std::string &text, std::vector<NonFiniteLiteral> *found);
+void restore_nonfinite_literals(JsonNode *root, const std::vector<NonFiniteLiteral> &found);
 
 }  // namespace dsrt

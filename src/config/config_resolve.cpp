@@ -82,7 +82,8 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
   std::string accum = text("data_types.grad_accum_dtype", "");
   t.has_grad_accum_dtype = !accum.empty();
   t.grad_accum_dtype = dtype_of(accum);
-  t.steps_per_print = i64("steps_per_print", t.steps_per_print);
+  // null (DeepSpeed 0.19's default) and Infinity mean never; the engine prints when it is positive.
+  t.steps_per_print = value("steps_per_print").kind == Value::Kind::Number ? i64("steps_per_print", 0) : 0;
   t.comm_timeout_s = num("comm_timeout", 0.0);
   t.wall_clock_breakdown = flag("wall_clock_breakdown", t.wall_clock_breakdown);
   t.csv_monitor.enabled = flag("csv_monitor.enabled", t.csv_monitor.enabled);
@@ -97,6 +98,7 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
   t.fp16.consecutive_hysteresis = flag("fp16.consecutive_hysteresis", t.fp16.consecutive_hysteresis);
   t.fp16.min_loss_scale = num("fp16.min_loss_scale", t.fp16.min_loss_scale);
   t.bf16_enabled = flag("bf16.enabled", false);
+  t.bf16_check_grad_overflow = flag("bf16.check_grad_overflow", false);
 
   OptimizerConfig &o = t.optimizer;
   o.present = c.has_optimizer();
@@ -143,6 +145,11 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
     s.cycle_min_mom = num(p + "cycle_min_mom", s.cycle_min_mom);
     s.cycle_max_mom = num(p + "cycle_max_mom", s.cycle_max_mom);
     s.decay_mom_rate = num(p + "decay_mom_rate", s.decay_mom_rate);
+    // DeepSpeed's OneCycle cycles momentum only for an optimizer with betas: with SGD or Adagrad it
+    // turns cycling off (check() warned), so SGD keeps its own momentum.
+    if (s.type == SchedulerType::OneCycle && o.present &&
+        (o.type == OptimizerType::SGD || o.type == OptimizerType::Adagrad))
+      s.cycle_momentum = false;
     s.lr_range_test_min_lr = num(p + "lr_range_test_min_lr", s.lr_range_test_min_lr);
     s.lr_range_test_step_size = i64(p + "lr_range_test_step_size", s.lr_range_test_step_size);
     s.lr_range_test_step_rate = num(p + "lr_range_test_step_rate", s.lr_range_test_step_rate);
@@ -172,7 +179,7 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
     const std::string p = zp + (is_param ? "offload_param." : "offload_optimizer.");
     offload->device = device_of(text(p + "device", "none"));
     offload->nvme_path = text(p + "nvme_path", "");
-    offload->pin_memory = flag(p + "pin_memory", false);
+    offload->pin_memory = flag(p + "pin_memory", true);
     offload->buffer_count = i64(p + "buffer_count", is_param ? 5 : 4);
     offload->buffer_size = i64(p + "buffer_size", offload->buffer_size);
     offload->max_in_cpu = i64(p + "max_in_cpu", offload->max_in_cpu);
@@ -180,6 +187,8 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
     offload->pipeline_write = flag(p + "pipeline_write", false);
     offload->fast_init = flag(p + "fast_init", false);
     offload->ratio = num(p + "ratio", 1.0);
+    // Below the stage that reads it the section is ignored, as DeepSpeed ignores it (check() warned).
+    if ((is_param && z.stage != 3) || (!is_param && z.stage == 0)) offload->device = OffloadDevice::None;
   }
 
   t.aio.block_size = i64("aio.block_size", t.aio.block_size);

@@ -128,6 +128,7 @@ std::string check_value(const KeySpec &spec, Value *value) {
     case KeyType::Number: {
       if (value->kind != Value::Kind::Number) return "expected " + spec.allowed() + ", got " + value->to_text();
       double v = value->number;
+      if (spec.infinity_ok && std::isinf(v) && v > 0) return "";
       if (!std::isfinite(v)) return value->to_text() + " is not a finite number" + allowed;
       if (spec.type == KeyType::Int) {
         if (v != std::floor(v)) return format_number(v) + " is not an integer" + allowed;

@@ -69,6 +69,8 @@ struct KeySpec {
   std::vector<std::string> choices;
   bool case_insensitive = false;  // Choice matched ignoring case, stored in canonical spelling
   bool nullable = false;          // JSON null accepted (DeepSpeed's Optional)
+  bool infinity_ok = false;       // Infinity accepted (steps_per_print: Infinity means never)
+  bool dsrt_only = false;         // not a key of DeepSpeed's config (`dsrt config show` prints it apart)
   Support support = Support::Implemented;
   uint32_t optimizer_mask = kAllTypes;  // for optimizer.params.*
   uint32_t scheduler_mask = kAllTypes;  // for scheduler.params.*

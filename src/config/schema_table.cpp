@@ -111,7 +111,9 @@ std::vector<KeySpec> build_schema_keys() {
   k.push_back(I_null("train_batch_size", 1));
   k.push_back(I_null("train_micro_batch_size_per_gpu", 1));
   k.push_back(I_null("gradient_accumulation_steps", 1));
-  k.push_back(I("steps_per_print", 10, 1));
+  KeySpec every = noted(I_null("steps_per_print", 1), "null or Infinity: never");
+  every.infinity_ok = true;  // Accelerate writes float("inf"), which Python's json prints as Infinity
+  k.push_back(every);
   k.push_back(B("wall_clock_breakdown", false));
   // dsrt's own: seconds a collective may wait for the other ranks (DSRT_COMM_TIMEOUT_S otherwise).
   k.push_back(with(N_null("comm_timeout", 0.0, true), Support::Implemented,
@@ -120,7 +122,7 @@ std::vector<KeySpec> build_schema_keys() {
   k.push_back(B("prescale_gradients", false));
   k.push_back(N("gradient_predivide_factor", 1.0, 0.0, 1e300, true));
   k.push_back(C("communication_data_type", nullptr, dtypes));
-  k.push_back(with(C("seq_parallel_comm_data_type", "fp32", dtypes), Support::Ignored,
+  k.push_back(with(C("seq_parallel_communication_data_type", "fp32", dtypes), Support::Ignored,
                    "dsrt has no sequence parallelism"));
   k.push_back(with(B("dump_state", false), Support::Ignored, "dsrt does not print engine state at startup"));
   k.push_back(with(B("memory_breakdown", false), Support::Ignored,
@@ -142,6 +144,13 @@ std::vector<KeySpec> build_schema_keys() {
   k.push_back(with(I_null("vocabulary_size", 1), Support::HostSide, "the vocabulary belongs to the host's model"));
   k.push_back(with(I("sequence_parallel_size", 1, 1), Support::Unsupported,
                    "sequence parallelism is not implemented; set it to 1"));
+  k.push_back(with(B("disable_python_gc", false), Support::HostSide,
+                   "Python's garbage collector belongs to the host program"));
+  k.push_back(with(S_null("log_level"), Support::Ignored, "dsrt's log level is DSRT_LOG_LEVEL"));
+  k.push_back(with(B("managed_gradient_accumulation", true), Support::Unsupported,
+                   "dsrt owns the accumulation boundary (gradient_accumulation_steps); set it to true"));
+  k.push_back(with(C("gradient_allreduce_op", "mean", {"mean", "sum"}), Support::Unsupported,
+                   "dsrt averages gradients over ranks; summing them is not implemented; set it to \"mean\""));
 
   // --- fp16 / bf16
   k.push_back(B("fp16.enabled", false));
@@ -155,12 +164,10 @@ std::vector<KeySpec> build_schema_keys() {
   k.push_back(N("fp16.min_loss_scale", 1.0, 0.0, 1e300, true));
   k.push_back(with(B("fp16.fp16_master_weights_and_grads", false), Support::Unsupported,
                    "fp16 master weights are not implemented (dsrt keeps fp32 masters); set it to false"));
-  k.push_back(with(B("fp16.fused_mode", true), Support::Ignored, "dsrt always uses its fused loss-scaling path"));
   k.push_back(B("bf16.enabled", false));
   k.push_back(with(B("bf16.immediate_grad_update", false), Support::Ignored,
                    "dsrt accumulates bf16 gradients in its own buffers"));
-  k.push_back(with(B("bf16.check_grad_overflow", false), Support::Unsupported,
-                   "overflow checks under bf16 are not implemented; set it to false"));
+  k.push_back(noted(B("bf16.check_grad_overflow", true), "true: skip the step when a gradient is inf or nan"));
   k.push_back(with(B("bf16.bf16_master_weights_and_grads", false), Support::Unsupported,
                    "bf16 master weights are not implemented (dsrt keeps fp32 masters); set it to false"));
   k.push_back(with(B("bf16.bf16_optimizer_states", false), Support::Unsupported,
@@ -178,7 +185,7 @@ std::vector<KeySpec> build_schema_keys() {
                    "dsrt chooses its own bucket collectives"));
   k.push_back(with(B(z + "allgather_partitions", true), Support::Ignored,
                    "dsrt always gathers updated partitions with all-gather"));
-  k.push_back(I(z + "allgather_bucket_size", 500000000, 1));
+  k.push_back(noted(I(z + "allgather_bucket_size", 500000000, 0), "0: each partition gathered in one piece"));
   KeySpec overlap = key(z + "overlap_comm", KeyType::Bool, Value::null());
   overlap.nullable = true;
   overlap.note = "default: true at stage 3, false otherwise";
@@ -187,7 +194,7 @@ std::vector<KeySpec> build_schema_keys() {
                    "dsrt checkpoints always hold fp32 masters and always load them"));
   k.push_back(with(B(z + "elastic_checkpoint", false), Support::Ignored,
                    "dsrt reshards checkpoints to any world size without it"));
-  k.push_back(I(z + "sub_group_size", 1000000000, 1));
+  k.push_back(noted(I(z + "sub_group_size", 1000000000, 0), "0: one sub-group per parameter"));
   k.push_back(I(z + "stage3_prefetch_bucket_size", 50000000, 0));
   k.push_back(I(z + "stage3_param_persistence_threshold", 100000, 0));
   k.push_back(with(I(z + "stage3_model_persistence_threshold", 9223372036854775807.0, 0), Support::Ignored,
@@ -201,11 +208,13 @@ std::vector<KeySpec> build_schema_keys() {
                    "fetching parameters with all-reduce is not implemented; set it to false"));
   k.push_back(with(B(z + "stage3_allgather_sequential", false), Support::Ignored,
                    "dsrt gathers stage 3 parameters in its own buckets (stage3_prefetch_bucket_size)"));
-  k.push_back(with(I(z + "stage3_partition_stream_chunk_size", 0, 0), Support::HostSide,
-                   "it applies to zero.Init in the host's model construction; dsrt receives each tensor whole"));
   k.push_back(with(B(z + "enable_sanity_checks", false), Support::Ignored, "dsrt always checks its own invariants"));
   k.push_back(with(B(z + "save_muon_momentum_buffer_in_memory", false), Support::Ignored,
                    "dsrt has no Muon optimizer"));
+  k.push_back(with(B(z + "compute_grad_norm", true), Support::Ignored,
+                   "dsrt always computes the global gradient norm (one fused pass with the overflow check)"));
+  k.push_back(with(B(z + "parameter_alignment", false), Support::Ignored,
+                   "dsrt always aligns every tensor in its flat buffers"));
   k.push_back(with(B(z + "ignore_unused_parameters", true), Support::Ignored,
                    "dsrt treats a tensor whose gradient was never marked ready as a zero gradient"));
   k.push_back(with(B(z + "legacy_stage1", false), Support::Unsupported,
@@ -240,22 +249,18 @@ std::vector<KeySpec> build_schema_keys() {
     k.push_back(C(o + "device", "none", devices));
     k.push_back(S_null(o + "nvme_path"));
     k.push_back(I(o + "buffer_count", is_param ? 5 : 4, 1));
-    k.push_back(B(o + "pin_memory", false));
+    k.push_back(B(o + "pin_memory", true));
     if (is_param) {
       k.push_back(I(o + "buffer_size", 100000000, 1));
       k.push_back(I(o + "max_in_cpu", 1000000000, 0));
     } else {
       k.push_back(B(o + "pipeline_read", false));
       k.push_back(B(o + "pipeline_write", false));
-      k.push_back(with(B(o + "pipeline", false), Support::Ignored,
-                       "DeepSpeed derives it from pipeline_read and pipeline_write; set those instead"));
       k.push_back(with(B(o + "fast_init", false), Support::Ignored, "dsrt initializes NVMe optimizer state one way"));
       k.push_back(with(N(o + "ratio", 1.0, 0.0, 1.0), Support::Unsupported,
                        "partial optimizer offload (ZeRO-Offload++ ratio) is not implemented; set it to 1"));
       k.push_back(with(B(o + "super_offload", false), Support::Unsupported,
                        "SuperOffload (for Superchips) is not implemented; set it to false"));
-      k.push_back(with(B(o + "convert_grad_on_cpu", true), Support::Ignored,
-                       "dsrt chooses where to convert gradients itself"));
       k.push_back(with(N(o + "cpuadam_cores_perc", 0.8, 0.0, 1.0), Support::Ignored,
                        "it applies to SuperOffload only; dsrt's CPU optimizer uses OpenMP's thread count"));
     }
@@ -305,9 +310,6 @@ std::vector<KeySpec> build_schema_keys() {
                              kAdam | kAdamW | kLamb | kLion));
   k.push_back(for_optimizers(N(p + "max_coeff", 10.0, 0.0), kLamb));
   k.push_back(for_optimizers(N(p + "min_coeff", 0.01, 0.0), kLamb));
-  k.push_back(for_optimizers(with(N(p + "max_grad_norm", 0.0, 0.0), Support::Unsupported,
-                                  "clip with the top-level gradient_clipping instead; set it to 0"),
-                             kLamb | kOneBitAdam));
   k.push_back(for_optimizers(with(B(p + "eps_inside_sqrt", false), Support::Unsupported,
                                   "eps inside the square root is not implemented; set it to false"),
                              kLamb | kOneBitAdam));
@@ -387,8 +389,12 @@ std::vector<KeySpec> build_schema_keys() {
   k.push_back(B("checkpoint.use_node_local_storage", false));
   k.push_back(with(B("checkpoint.parallel_write.pipeline_stage", false), Support::Ignored,
                    "dsrt has no pipeline stages; every rank writes its own file"));
-  k.push_back(with(C("data_types.grad_accum_dtype", nullptr, dtypes), Support::Unsupported,
-                   "choosing the gradient accumulation dtype is not implemented; remove it"));
+  // "fp32" is what dsrt does; the 16-bit values are refused by check() with the reason.
+  k.push_back(C("data_types.grad_accum_dtype", nullptr, dtypes));
+  // param_dtype: only the precision's own dtype (check() refuses another); buffer_dtype: the Python
+  // front casts floating-point buffers to it (unset: buffers keep the dtype they were loaded in).
+  k.push_back(C("data_types.param_dtype", nullptr, dtypes));
+  k.push_back(C("data_types.buffer_dtype", nullptr, dtypes));
 
   // --- monitors: dsrt writes csv_monitor itself; tensorboard and wandb need those Python packages,
   // so the Python front writes them from dsrt_engine_events (other hosts forward the events).

@@ -134,13 +134,16 @@ struct TrainConfig {
   dsrt_dtype communication_data_type = DSRT_F32;
   bool has_grad_accum_dtype = false;
   dsrt_dtype grad_accum_dtype = DSRT_F32;
-  int64_t steps_per_print = 10;
+  int64_t steps_per_print = 0;  // progress line every N steps; 0: never (DeepSpeed 0.19: null)
   double comm_timeout_s = 0;  // "comm_timeout"; 0: not given (DSRT_COMM_TIMEOUT_S or the default)
   bool wall_clock_breakdown = false;
   uint64_t seed = 0;
 
   Fp16Config fp16;
   bool bf16_enabled = false;
+  // DeepSpeed skips a bf16 step with inf/nan gradients only when this is true; dsrt skips such a
+  // step in every precision (a non-finite update would destroy the masters), so it is recorded only.
+  bool bf16_check_grad_overflow = false;
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
   ZeroConfig zero;

@@ -54,13 +54,17 @@ Status Engine::create(const TrainConfig &config, std::shared_ptr<Comm> comm, std
   const struct {
     const char *key;
     int64_t value;
-  } positive[] = {{"zero_optimization.reduce_bucket_size", config.zero.reduce_bucket_size},
-                  {"zero_optimization.allgather_bucket_size", config.zero.allgather_bucket_size},
-                  {"zero_optimization.stage3_max_live_parameters", config.zero.stage3_max_live_parameters}};
+  } positive[] = {{"zero_optimization.stage3_max_live_parameters", config.zero.stage3_max_live_parameters}};
   for (const auto &p : positive)
     if (p.value < 1)
       return Error(DSRT_ERR_CONFIG, "%s is %lld; it must be a positive number of elements", p.key,
                    static_cast<long long>(p.value));
+  // 0 has DeepSpeed's meaning: one bucket per gradient; each partition gathered in one piece.
+  if (config.zero.reduce_bucket_size < 0 || config.zero.allgather_bucket_size < 0)
+    return Error(DSRT_ERR_CONFIG,
+                 "zero_optimization.reduce_bucket_size (%lld) and allgather_bucket_size (%lld) must not be negative",
+                 static_cast<long long>(config.zero.reduce_bucket_size),
+                 static_cast<long long>(config.zero.allgather_bucket_size));
   if (config.zero.stage3_prefetch_bucket_size < 0 || config.zero.stage3_max_reuse_distance < 0 ||
       config.zero.stage3_param_persistence_threshold < 0)
     return Error(DSRT_ERR_CONFIG,
@@ -97,8 +101,9 @@ Status Engine::create(const TrainConfig &config, std::shared_ptr<Comm> comm, std
     if (config.zero.offload_optimizer.nvme_path.empty())
       return Error(DSRT_ERR_CONFIG,
                    "zero_optimization.offload_optimizer.nvme_path is required when its device is \"nvme\"");
-    if (config.zero.sub_group_size < 1)
-      return Error(DSRT_ERR_CONFIG, "zero_optimization.sub_group_size is %lld; it must be positive",
+    if (config.zero.sub_group_size < 0)
+      return Error(DSRT_ERR_CONFIG, "zero_optimization.sub_group_size is %lld; it must not be negative (0: one "
+                   "sub-group per parameter)",
                    static_cast<long long>(config.zero.sub_group_size));
     if (config.zero.offload_optimizer.buffer_count < 1)
       return Error(DSRT_ERR_CONFIG, "zero_optimization.offload_optimizer.buffer_count is %lld; it must be at least 1",

@@ -258,7 +258,8 @@ class Engine {
   DeviceBuffer host_working_;  // offload "cpu": pinned working-dtype staging of the partition
 
   // NVMe optimizer offload (engine_nvme.cpp). The partition is cut into sub-groups of
-  // zero_optimization.sub_group_size elements; sub-group g holds arrays "g<g>.master", "g<g>.s0"...
+  // zero_optimization.sub_group_size elements (0: one per parameter, as in DeepSpeed); sub-group g
+  // spans [nvme_group_begin_[g], nvme_group_begin_[g + 1]) and holds arrays "g<g>.master", "g<g>.s0"...
   Status nvme_build(const std::vector<OwnedSegment> &segments);
   Status nvme_optimizer_update(float grad_scale, size_t first_group);
   Status nvme_agree(Status local);
@@ -267,7 +268,7 @@ class Engine {
   std::string nvme_array(size_t group, int state) const;
   std::unique_ptr<NvmeSwapper> nvme_;
   std::vector<SubGroup> nvme_groups_;
-  int64_t nvme_group_elems_ = 0;
+  std::vector<int64_t> nvme_group_begin_;  // one more entry than nvme_groups_ (the partition's end)
   SubGroupPipelineStats nvme_stats_;
   // A boundary whose NVMe optimizer pass failed: the next step() call resumes it from
   // next_group (the sub-groups before it hold the new step) instead of starting a micro-step.

@@ -1,6 +1,6 @@
 // defines: the engine's NVMe optimizer offload (ZeRO-Infinity's offload_optimizer.device "nvme"):
 // this rank's fp32 masters and optimizer states live in SwapStore arrays, one set per sub-group of
-// zero_optimization.sub_group_size partition elements, and the step runs through the
+// zero_optimization.sub_group_size partition elements (0: one per parameter), and the step runs through the
 // SubGroupPipeline with the same CPU kernels and grad_scale as the in-memory path. A failed pass
 // leaves a PendingStep that the next step() call resumes (see docs/offload.md, "Engine").
 #include <algorithm>
@@ -24,13 +24,25 @@ PinnedPool::Allocator Engine::swap_buffer_allocator() const {
 
 Status Engine::nvme_build(const std::vector<OwnedSegment> &segments) {
   const int64_t part = part_.partition_elems();
-  nvme_group_elems_ = std::max<int64_t>(1, std::min<int64_t>(config_.zero.sub_group_size, std::max<int64_t>(part, 1)));
-  const size_t groups = static_cast<size_t>((part + nvme_group_elems_ - 1) / nvme_group_elems_);
+  nvme_group_begin_.assign(1, 0);
+  if (config_.zero.sub_group_size == 0) {
+    // DeepSpeed's meaning of 0: every parameter's piece of the partition is a sub-group of its own
+    // (alignment padding after a piece stays with it).
+    for (const OwnedSegment &seg : segments)
+      if (seg.part_offset > nvme_group_begin_.back() && seg.part_offset < part) nvme_group_begin_.push_back(seg.part_offset);
+  } else {
+    const int64_t elems = std::max<int64_t>(1, std::min<int64_t>(config_.zero.sub_group_size, std::max<int64_t>(part, 1)));
+    for (int64_t at = elems; at < part; at += elems) nvme_group_begin_.push_back(at);
+  }
+  if (part > 0) nvme_group_begin_.push_back(part);  // an empty partition has no sub-group
+  const size_t groups = nvme_group_begin_.size() - 1;
   nvme_groups_.assign(groups, SubGroup());
   uint64_t buffer_bytes = 4096;
+  int64_t largest = 0;
   for (size_t g = 0; g < groups; ++g) {
-    const int64_t begin = static_cast<int64_t>(g) * nvme_group_elems_;
-    const uint64_t bytes = static_cast<uint64_t>(std::min(nvme_group_elems_, part - begin)) * sizeof(float);
+    const int64_t begin = nvme_group_begin_[g];
+    largest = std::max(largest, nvme_group_begin_[g + 1] - begin);
+    const uint64_t bytes = static_cast<uint64_t>(std::min(nvme_group_begin_[g + 1], part) - begin) * sizeof(float);
     for (int s = -1; s < num_states_; ++s) nvme_groups_[g].arrays.push_back(SubGroupArray{nvme_array(g, s), bytes});
     buffer_bytes = std::max(buffer_bytes, SubGroupPipeline::buffer_bytes(nvme_groups_[g]));
   }
@@ -49,8 +61,8 @@ Status Engine::nvme_build(const std::vector<OwnedSegment> &segments) {
   float *buffer = lease.as<float>();
   auto seg = segments.begin();
   for (size_t g = 0; g < groups; ++g) {
-    const int64_t begin = static_cast<int64_t>(g) * nvme_group_elems_;
-    const int64_t end = std::min(begin + nvme_group_elems_, part);
+    const int64_t begin = nvme_group_begin_[g];
+    const int64_t end = std::min(nvme_group_begin_[g + 1], part);
     const size_t n = static_cast<size_t>(end - begin);
     std::fill(buffer, buffer + n, 0.0f);
     while (seg != segments.end() && seg->part_offset + seg->count <= begin) ++seg;
@@ -68,20 +80,21 @@ Status Engine::nvme_build(const std::vector<OwnedSegment> &segments) {
     }
   }
   logf(DSRT_LOG_INFO, "NVMe optimizer offload: %zu sub-group(s) of up to %lld elements, %zu buffers of %zu bytes in '%s'",
-       groups, static_cast<long long>(nvme_group_elems_), nvme_->pool().buffer_count(), nvme_->pool().buffer_size(),
+       groups, static_cast<long long>(largest), nvme_->pool().buffer_count(), nvme_->pool().buffer_size(),
        nvme_->store().folder().c_str());
   return Status::Ok();
 }
 
 Status Engine::nvme_range(int state, size_t offset, size_t count, float *data, bool write) {
   SwapStore &store = nvme_->store();
-  const size_t group_elems = static_cast<size_t>(nvme_group_elems_);
   const size_t end = offset + count;
   PinnedLease lease;
   for (size_t at = offset; at < end;) {
-    const size_t g = at / group_elems;
-    const size_t group_begin = g * group_elems;
-    const size_t hi = std::min(end, group_begin + group_elems);
+    // The sub-group holding element at: the last one that begins at or before it.
+    const auto next = std::upper_bound(nvme_group_begin_.begin(), nvme_group_begin_.end() - 1, static_cast<int64_t>(at));
+    const size_t g = static_cast<size_t>(next - nvme_group_begin_.begin()) - 1;
+    const size_t group_begin = static_cast<size_t>(nvme_group_begin_[g]);
+    const size_t hi = std::min(end, static_cast<size_t>(nvme_group_begin_[g + 1]));
     const std::string name = nvme_array(g, state);
     float *dst = data + (at - offset);
     const size_t n = hi - at;
@@ -118,8 +131,8 @@ Status Engine::nvme_optimizer_update(float grad_scale, size_t first_group) {
 
   auto step = [&](const SubGroupView &view) -> Status {
     const size_t g = first_group + view.index;
-    const int64_t begin = static_cast<int64_t>(g) * nvme_group_elems_;
-    const int64_t end = std::min(begin + nvme_group_elems_, part);
+    const int64_t begin = nvme_group_begin_[g];
+    const int64_t end = std::min(nvme_group_begin_[g + 1], part);
     auto it = std::lower_bound(segments.begin(), segments.end(), begin, [](const OwnedSegment &s, int64_t at) {
       return s.part_offset + s.count <= at;
     });

@@ -21,7 +21,8 @@ Status Engine::gather_working_partitions() {
   char *working = static_cast<char *>(working_.data());
   const int64_t p = flat.partition_size();
   const int world = comm_->size();
-  const int64_t chunk = std::max<int64_t>(1, config_.zero.allgather_bucket_size);
+  // allgather_bucket_size 0: the whole partition in one all-gather (DeepSpeed's all_gather_into_tensor).
+  const int64_t chunk = config_.zero.allgather_bucket_size > 0 ? config_.zero.allgather_bucket_size : std::max<int64_t>(p, 1);
   if (p <= chunk) {
     return comm_->all_gather_sync(working + rank() * p * static_cast<int64_t>(wsize), working, static_cast<size_t>(p), wdt)
         .with_context("all-gathering updated working copies");

@@ -32,8 +32,9 @@ Status GradReducer::init(const Partitioning *partitioning, Comm *comm, Device *d
   options_ = options;
   rank_ = comm->rank();
   world_ = comm->size();
-  if (options_.bucket_elems < 1)
-    return Error(DSRT_ERR_CONFIG, "zero_optimization.reduce_bucket_size is %lld; it must be positive",
+  // 0 (DeepSpeed's meaning): no two gradients share a bucket.
+  if (options_.bucket_elems < 0)
+    return Error(DSRT_ERR_CONFIG, "zero_optimization.reduce_bucket_size is %lld; it must not be negative",
                  static_cast<long long>(options_.bucket_elems));
 
   const size_t n = part_->num_tensors();
@@ -361,9 +362,18 @@ Status GradReducer::reduce_accumulator() {
   const ElemRange partition = part_->stage() == 0 ? ElemRange{0, flat.total()} : flat.partition(rank_);
   float *accum = accumulator_.as<float>();
   const int64_t total = flat.total();
-  const int64_t chunk = std::max<int64_t>(1, options_.bucket_elems);
-  for (int64_t a = 0; a < total; a += chunk) {
-    const ElemRange range{a, std::min(total, a + chunk)};
+  // Chunks of reduce_bucket_size elements; with 0, one per gradient (DeepSpeed's meaning).
+  std::vector<int64_t> starts;
+  if (options_.bucket_elems > 0) {
+    for (int64_t a = 0; a < total; a += options_.bucket_elems) starts.push_back(a);
+  } else if (total > 0) {
+    starts.push_back(0);
+    for (size_t t = 1; t < part_->num_tensors(); ++t)
+      if (flat.tensor_offset(t) > starts.back() && flat.tensor_offset(t) < total) starts.push_back(flat.tensor_offset(t));
+  }
+  for (size_t c = 0; c < starts.size(); ++c) {
+    const int64_t a = starts[c];
+    const ElemRange range{a, c + 1 < starts.size() ? starts[c + 1] : total};
     const ElemRange mine = intersect(range, partition);
     if (world_ == 1) {
       DSRT_RETURN_IF_ERROR(deliver_final(mine.begin - partition.begin, mine.size()));

@@ -67,7 +67,7 @@ TEST(ConfigCapi, ResolveAutoThroughTheApi) {
       "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": 2,
       "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto"}},
       "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
-                            "stage3_param_persistence_threshold": "auto", "aio": {"thread_count": 2}}})",
+                            "stage3_param_persistence_threshold": "auto", "aio": {"intra_op_parallelism": 2}}})",
                               &config),
             DSRT_OK);
   EXPECT_EQ(take([&] { char *t = nullptr; dsrt_config_unresolved(config, &t); return t; }()),

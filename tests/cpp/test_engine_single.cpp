@@ -450,7 +450,7 @@ TEST(EngineSingle, BadConfigsAreRefused) {
   c = base_config(OptimizerType::OneBitAdam);
   EXPECT_EQ(Engine::create(c, comm, &e).code(), DSRT_ERR_UNSUPPORTED);
   c = base_config(OptimizerType::AdamW);
-  c.zero.reduce_bucket_size = 0;
+  c.zero.reduce_bucket_size = -1;  // 0 is DeepSpeed's "one bucket per gradient" (test_engine_zero_sizes)
   Status s = Engine::create(c, comm, &e);
   EXPECT_EQ(s.code(), DSRT_ERR_CONFIG);
   EXPECT_NE(s.message().find("reduce_bucket_size"), std::string::npos) << s.message();

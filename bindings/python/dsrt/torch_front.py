@@ -57,9 +57,10 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, ModelStateMixin, torch.nn.Module):
 
     Trainable parameters (requires_grad, and in model_parameters when given) are registered with
     dsrt: param.data becomes a view of dsrt's working copy (empty outside use under ZeRO-3).
-    Frozen floating-point parameters and buffers are cast to the working dtype, as DeepSpeed casts
-    the whole module; they stay whole on every rank, held by the front: dsrt's C engine has no
-    tensor without optimizer states, and registering them would run weight decay on them."""
+    Frozen floating-point parameters are cast to the working dtype, as DeepSpeed casts them; they
+    stay whole on every rank, held by the front: dsrt's C engine has no tensor without optimizer
+    states, and registering them would run weight decay on them. Buffers (a rotary inv_freq, batch
+    norm statistics) keep their dtype, as under DeepSpeed."""
 
     def __init__(self, model, model_parameters, config, comm, optimizer=None):
         super().__init__()
@@ -149,9 +150,12 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, ModelStateMixin, torch.nn.Module):
         for _, param in self._frozen:
             if param.is_floating_point():
                 param.data = param.data.to(self.dtype)
-        for buffer_name, buffer in model.named_buffers():
-            if buffer.is_floating_point():
-                buffer.data = buffer.data.to(self.dtype)
+        # data_types.buffer_dtype (DeepSpeed 0.19): unset, buffers keep the dtype they were loaded in.
+        buffer_dtype = _buffer_dtype(config)
+        if buffer_dtype is not None:
+            for _, buffer in model.named_buffers():
+                if buffer.is_floating_point():
+                    buffer.data = buffer.data.to(buffer_dtype)
         self._init_zero3(model)
 
     # --- gradients -------------------------------------------------------------------------
@@ -370,6 +374,14 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, ModelStateMixin, torch.nn.Module):
                     delattr(param, attr)
         self._by_param = {}
         self._engine.close()
+
+
+def _buffer_dtype(config):
+    try:
+        name = config.get_string("data_types.buffer_dtype")
+    except _core.ConfigError:  # not given: DeepSpeed's default None
+        return None
+    return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[name]
 
 
 def _enabled(config, section):
