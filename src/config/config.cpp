@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <unordered_set>
 
 #include "config/config_internal.h"
 #include "util/log.h"
@@ -121,9 +122,7 @@ void Config::read_member(const std::string &section, const std::string &display,
   const std::string shown = join_path(display, name);
   auto problem = [&](const std::string &message) {
     // A hostile megabyte-long key is named by its start, not copied into the message.
-    const std::string path = shown.size() <= 200 ? shown
-                                                 : shown.substr(0, 160) + "...(" + std::to_string(shown.size()) +
-                                                       " characters)";
+    const std::string path = shorten_key(shown);
     errors->push_back(Problem{path, message, node.line, node.column});
   };
   std::string canonical = name;
@@ -217,9 +216,15 @@ void Config::read_member(const std::string &section, const std::string &display,
     return;
   }
   if (section.empty() && !top_level_mistake(name)) {
-    // DeepSpeed ignores top-level keys it does not know (only its sections refuse extra keys).
-    parse_warnings_.push_back(Format("%s: %s: unknown top-level key; DeepSpeed ignores it and so does dsrt",
-                                     where_at(node).c_str(), name.c_str()));
+    // DeepSpeed ignores top-level keys it does not know (only its sections refuse extra keys). The
+    // first few are named; the rest are counted (check() says how many), so a generated config with
+    // 100,000 of them does not print 100,000 lines.
+    constexpr size_t kNamedUnknownTopLevelKeys = 20;
+    if (++unknown_top_level_keys_ <= kNamedUnknownTopLevelKeys)
+      parse_warnings_.push_back(Format("%s: %s: unknown top-level key; DeepSpeed ignores it and so does dsrt",
+                                       where_at(node).c_str(), shorten_key(name).c_str()));
+    else if (unknown_top_level_keys_ == kNamedUnknownTopLevelKeys + 1)
+      unknown_top_level_summary_ = parse_warnings_.size();
     return;
   }
   // Explaining an unknown key ("did you mean", where it belongs) scans the schema: a config with
@@ -230,14 +235,21 @@ void Config::read_member(const std::string &section, const std::string &display,
 
 bool Config::top_level_mistake(const std::string &name) const {
   if (known_misplacement(name) != nullptr) return true;
-  if (!nearest_name(name, section_children("", optimizer_type(), scheduler_type())).empty()) return true;
-  for (const KeySpec &spec : all_keys())
-    if (spec.name() == name) return true;  // a key of a section, written at the top level
-  for (const SectionSpec &spec : all_sections()) {
-    size_t dot = spec.path.rfind('.');
-    if (dot != std::string::npos && spec.path.substr(dot + 1) == name) return true;
-  }
-  return false;
+  // The names of every section's keys and subsections: one of them at the top level is misplaced.
+  // Built once; each unknown top-level key then costs one lookup, not a scan of the schema.
+  static const std::unordered_set<std::string> nested_names = [] {
+    std::unordered_set<std::string> names;
+    for (const KeySpec &spec : all_keys()) names.insert(spec.name());
+    for (const SectionSpec &spec : all_sections()) {
+      size_t dot = spec.path.rfind('.');
+      if (dot != std::string::npos) names.insert(spec.path.substr(dot + 1));
+    }
+    return names;
+  }();
+  if (nested_names.count(name) != 0) return true;
+  // The top level's names do not depend on the optimizer or scheduler type (only their params do).
+  static const std::vector<std::string> top_level_names = section_children("", -1, -1);
+  return !nearest_name(name, top_level_names).empty();
 }
 
 std::string Config::where_at(const JsonNode &node) const {

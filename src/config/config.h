@@ -130,6 +130,8 @@ class Config {
   std::map<std::string, std::string> spellings_;  // the name a value was given under, if an alias
   std::map<std::string, JsonNode> opaque_;  // sections kept as written (see SectionSpec::opaque)
   std::vector<std::string> parse_warnings_;
+  size_t unknown_top_level_keys_ = 0;      // unknown top-level keys read (warnings name the first few)
+  size_t unknown_top_level_summary_ = 0;   // where in parse_warnings_ the "N more" warning goes
   std::vector<std::string> warnings_;
   std::vector<std::string> unsupported_;
   int world_size_ = 0;

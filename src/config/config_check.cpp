@@ -49,6 +49,10 @@ bool opaque_active(const JsonNode &node) {
 
 void Config::check(std::vector<Problem> *errors) {
   warnings_ = parse_warnings_;
+  if (unknown_top_level_keys_ > 20)
+    warnings_.insert(warnings_.begin() + static_cast<std::ptrdiff_t>(unknown_top_level_summary_),
+                     Format("%zu more unknown top-level keys; DeepSpeed ignores them and so does dsrt",
+                            unknown_top_level_keys_ - 20));
   unsupported_.clear();
   auto error = [&](const std::string &path, const std::string &message) {
     auto position = positions_.find(path);

@@ -9,17 +9,16 @@
 
 namespace dsrt {
 
-namespace {
-
-// Deep nesting is never a real config; the limit keeps hostile input from exhausting the stack.
-constexpr int kMaxDepth = 64;
-
-// A key as quoted in a message: a hostile 10 MB key is cut, not copied into every message.
-std::string shorten(const std::string &key) {
+std::string shorten_key(const std::string &key) {
   constexpr size_t kShown = 60;
   if (key.size() <= kShown + 20) return key;
   return key.substr(0, kShown) + "...(" + std::to_string(key.size()) + " characters)";
 }
+
+namespace {
+
+// Deep nesting is never a real config; the limit keeps hostile input from exhausting the stack.
+constexpr int kMaxDepth = 64;
 
 class Reader {
  public:
@@ -152,10 +151,10 @@ class Reader {
       if (!seen.second)
         return error_at(key_line, key_column,
                         Format("duplicate key \"%s\" (first given at line %d): remove one of them",
-                               shorten(key).c_str(), seen.first->second));
+                               shorten_key(key).c_str(), seen.first->second));
       DSRT_RETURN_IF_ERROR(skip_space());
       if (peek() != ':')
-        return error_here("expected ':' after the key \"" + shorten(key) + "\" but found " + describe_current());
+        return error_here("expected ':' after the key \"" + shorten_key(key) + "\" but found " + describe_current());
       advance();
       DSRT_RETURN_IF_ERROR(skip_space());
       JsonNode value;

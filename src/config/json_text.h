@@ -30,6 +30,10 @@ struct JsonNode {
 
 const char *json_type_name(JsonNode::Type type);
 
+// A key as quoted in a message: a hostile 10 MB key is cut to its start and its length, not copied
+// into every message.
+std::string shorten_key(const std::string &key);
+
 // The largest config text dsrt reads (16 MiB); longer text (or a file that never ends, such as
 // /dev/zero) is refused with DSRT_ERR_CONFIG.
 constexpr size_t kMaxConfigTextBytes = size_t(16) << 20;

@@ -91,21 +91,28 @@ std::string KeySpec::allowed() const {
 
 namespace {
 
-int edit_distance(const std::string &a, const std::string &b) {
+int edit_distance(const std::string &a, const std::string &b, int bound) {
+  // The distance is at least the length gap, and a row's minimum never falls in later rows: once
+  // either exceeds bound the exact value no longer matters.
+  const int gap = static_cast<int>(a.size() > b.size() ? a.size() - b.size() : b.size() - a.size());
+  if (gap > bound) return bound + 1;
   std::vector<int> prev(b.size() + 1), cur(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) prev[j] = static_cast<int>(j);
   for (size_t i = 1; i <= a.size(); ++i) {
     cur[0] = static_cast<int>(i);
+    int row_min = cur[0];
     for (size_t j = 1; j <= b.size(); ++j) {
       int sub = std::tolower(static_cast<unsigned char>(a[i - 1])) ==
                         std::tolower(static_cast<unsigned char>(b[j - 1]))
                     ? 0
                     : 1;
       cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + sub});
+      row_min = std::min(row_min, cur[j]);
     }
+    if (row_min > bound) return bound + 1;
     std::swap(prev, cur);
   }
-  return prev[b.size()];
+  return std::min(prev[b.size()], bound + 1);
 }
 
 std::string lower(const std::string &s) {
@@ -174,19 +181,20 @@ std::string nearest_name(const std::string &word, const std::vector<std::string>
   std::string best;
   std::pair<int, int> best_score{1 << 30, 1 << 30};
   const std::string lw = lower(word);
+  const int limit = std::max<int>(1, static_cast<int>(word.size()) / 3);
   for (const std::string &candidate : candidates) {
-    int distance = edit_distance(word, candidate);
     // A candidate that contains the word ("stage3_prefetch_bucket" in "stage3_prefetch_bucket_size")
-    // is a strong hint, whatever the edit distance; ties go to the closer spelling.
-    int score = distance;
-    if (lw.size() >= 4 && lower(candidate).find(lw) != std::string::npos) score = std::min(score, 1);
+    // is a strong hint, whatever the edit distance; ties go to the closer spelling. Any other
+    // candidate farther than limit is never suggested, so its distance is computed only that far.
+    const bool contains = lw.size() >= 4 && lower(candidate).find(lw) != std::string::npos;
+    const int distance = edit_distance(word, candidate, contains ? 1 << 29 : limit);
+    const int score = contains ? std::min(distance, 1) : distance;
     std::pair<int, int> key{score, distance};
     if (key < best_score) {
       best_score = key;
       best = candidate;
     }
   }
-  int limit = std::max<int>(1, static_cast<int>(word.size()) / 3);
   return best_score.first <= limit ? best : "";
 }
 
