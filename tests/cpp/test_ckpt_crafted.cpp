@@ -20,6 +20,8 @@
 #include "ckpt_test_util.h"
 #include "dsrt.h"
 
+extern "C" dsrt_status export_safetensors_with_raw_dtype(dsrt_checkpoint *ckpt, const char *path, int raw_dtype);
+
 namespace dsrt {
 namespace {
 
@@ -129,9 +131,7 @@ TEST_F(Crafted, OutOfRangeDtypeIsRefused) {
   dsrt_checkpoint *ckpt = nullptr;
   ASSERT_EQ(dsrt_checkpoint_open(dir.c_str(), nullptr, &ckpt), DSRT_OK);
   for (int raw : {3, 7, -1, 1 << 30}) {
-    dsrt_dtype dtype;
-    std::memcpy(&dtype, &raw, sizeof dtype);  // as the C ABI passes an int
-    EXPECT_EQ(dsrt_checkpoint_export_safetensors(ckpt, (scratch_ + "/x.safetensors").c_str(), dtype),
+    EXPECT_EQ(export_safetensors_with_raw_dtype(ckpt, (scratch_ + "/x.safetensors").c_str(), raw),
               DSRT_ERR_INVALID_ARGUMENT);
     EXPECT_NE(std::string(dsrt_last_error_message()).find("is not DSRT_F32"), std::string::npos);
   }

@@ -8,11 +8,14 @@
 #include <gloo/context.h>
 #include <gloo/transport/unbound_buffer.h>
 
+#include <signal.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -381,6 +384,23 @@ class GlooComm final : public QueuedComm {
   std::vector<float> accumulator_;  // fp32 image of a 16-bit block
 };
 
+// Gloo's TCP transport writes with writev, which raises SIGPIPE when the peer has gone: a rank
+// dying mid-collective would kill its peers by signal instead of failing their collective with
+// DSRT_ERR_COMM naming it. As gRPC does, ignore SIGPIPE process-wide, but only where the host left it
+// at its default (a host that installed a handler keeps it; Python already ignores it).
+void ignore_sigpipe_where_default() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) return;
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    if (sigaction(SIGPIPE, &ignore, nullptr) != 0)
+      logf(DSRT_LOG_WARN, "could not ignore SIGPIPE: a peer that dies mid-collective may end this process");
+  });
+}
+
 }  // namespace
 
 Status tcp_comm_create(const RendezvousOptions &rendezvous, int rank, int world, std::shared_ptr<Comm> *out,
@@ -389,6 +409,7 @@ Status tcp_comm_create(const RendezvousOptions &rendezvous, int rank, int world,
   if (world < 1 || rank < 0 || rank >= world)
     return Error(DSRT_ERR_INVALID_ARGUMENT, "tcp_comm_create: rank %d is not in 0..%d", rank, world - 1);
   const double timeout_s = options.timeout_s > 0 ? options.timeout_s : comm_timeout_seconds_from_env();
+  ignore_sigpipe_where_default();
   if (world == 1) {
     *out = std::make_shared<GlooComm>(0, 1, nullptr, timeout_s);
     return Status::Ok();
