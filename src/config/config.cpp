@@ -53,9 +53,7 @@ std::string canonical_key_path(const std::string &path) {
 Status Config::parse(const std::string &text, const std::string &origin, std::unique_ptr<Config> *out) {
   out->reset();
   JsonNode root;
-  std::vector<NonFiniteLiteral> infinities;
-  DSRT_RETURN_IF_ERROR(parse_json_text(mask_nonfinite_literals(text, &infinities), origin, &root));
-  restore_nonfinite_literals(&root, infinities);
+  DSRT_RETURN_IF_ERROR(parse_json_text(text, origin, &root));
   auto config = std::make_unique<Config>();
   config->origin_ = origin;
   std::vector<Problem> errors;

@@ -41,14 +41,5 @@ std::string resolve_hint(const KeySpec &spec);
 // Pretty-prints a JSON tree (two-space indent); an infinite Number prints as Infinity.
 std::string print_json(const JsonNode &node);
 
-// The bare words Infinity and -Infinity (Python's json writes float("inf") so; DeepSpeed reads
-// them): mask_nonfinite_literals returns the text with each masked as a finite number at the same
-// line and column, and restore_nonfinite_literals gives the Numbers read there their infinite value.
-struct NonFiniteLiteral {
-  int line = 0, column = 0;
-  bool negative = false;
-};
-std::string mask_nonfinite_literals(const std::string &text, std::vector<NonFiniteLiteral> *found);
-void restore_nonfinite_literals(JsonNode *root, const std::vector<NonFiniteLiteral> &found);
 
 }  // namespace dsrt

@@ -3,6 +3,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <string>
 #include <unordered_map>
@@ -96,7 +97,7 @@ class Reader {
       out->type = JsonNode::Type::String;
       return parse_string(&out->text);
     }
-    if (c == '-' || (c >= '0' && c <= '9')) return parse_number(out);
+    if (c == '-' || (c >= '0' && c <= '9') || c == 'I') return parse_number(out);
     if (match_word("true")) {
       out->type = JsonNode::Type::Bool;
       out->boolean = true;
@@ -296,7 +297,19 @@ class Reader {
       }
       return n;
     };
-    if (peek() == '-') advance();
+    const bool negative = peek() == '-';
+    if (negative) advance();
+    // Python's json module writes float("inf") as the bare word Infinity (Accelerate fills
+    // "steps_per_print" so) and DeepSpeed's reader takes it: an infinite Number.
+    if (match_word("Infinity")) {
+      out->type = JsonNode::Type::Number;
+      out->text = negative ? "-Infinity" : "Infinity";
+      out->number = negative ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+      return Status::Ok();
+    }
+    if (!negative && peek() == 'I')
+      return error_here("expected a value (an object, array, string, number, true, false or null) but found " +
+                        describe_current() + "; strings must be in double quotes");
     if (peek() == '0') {
       advance();
       if (peek() >= '0' && peek() <= '9') return error_at(line, column, "numbers must not have leading zeros");
