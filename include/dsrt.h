@@ -547,7 +547,8 @@ DSRT_API dsrt_status dsrt_engine_load_checkpoint(dsrt_engine *engine, const char
 DSRT_API dsrt_status dsrt_engine_save_16bit_model(dsrt_engine *engine, const char *path);
 
 /* Offline access to a checkpoint, without an engine, at any world size. Memory stays near the
-** largest tensor whatever the model size. */
+** largest tensor whatever the model size. The tensors are the trainable ones (their fp32 masters)
+** in registration order, then the frozen ones (dsrt_engine_add_frozen_param; their saved values). */
 DSRT_API dsrt_status dsrt_checkpoint_open(const char *dir, const char *tag, dsrt_checkpoint **out);
 DSRT_API int64_t dsrt_checkpoint_num_tensors(const dsrt_checkpoint *ckpt); /* -1 for NULL */
 DSRT_API const char *dsrt_checkpoint_tensor_name(const dsrt_checkpoint *ckpt, int64_t index); /* NULL if out of range */

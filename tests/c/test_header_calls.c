@@ -425,12 +425,17 @@ static void whole_life_of_an_engine(void) {
       OK(dsrt_tensor_write_fp32(w, out, 4));
       OK(dsrt_engine_load_checkpoint(engine, dir, NULL));
       OK(dsrt_checkpoint_open(dir, "t1", &ckpt));
-      EXPECT(dsrt_checkpoint_num_tensors(ckpt) == 1);
+      /* the trainable tensor, then the frozen one */
+      EXPECT(dsrt_checkpoint_num_tensors(ckpt) == 2);
       EXPECT(dsrt_checkpoint_tensor_name(ckpt, 0) != NULL && strcmp(dsrt_checkpoint_tensor_name(ckpt, 0), "w") == 0);
-      EXPECT(dsrt_checkpoint_tensor_name(ckpt, 1) == NULL);
+      EXPECT(dsrt_checkpoint_tensor_name(ckpt, 1) != NULL &&
+             strcmp(dsrt_checkpoint_tensor_name(ckpt, 1), "frozen") == 0);
+      EXPECT(dsrt_checkpoint_tensor_name(ckpt, 2) == NULL);
       OK(dsrt_checkpoint_tensor_shape(ckpt, "w", ckpt_shape, &ndim));
       EXPECT(ndim == 2 && ckpt_shape[0] == 2 && ckpt_shape[1] == 2);
       OK(dsrt_checkpoint_read_tensor_fp32(ckpt, "w", out, 4));
+      EXPECT(memcmp(out, init, sizeof init) == 0);
+      OK(dsrt_checkpoint_read_tensor_fp32(ckpt, "frozen", out, 4));
       EXPECT(memcmp(out, init, sizeof init) == 0);
       EXPECT(dsrt_checkpoint_read_tensor_fp32(ckpt, "nope", out, 4) != DSRT_OK);
       snprintf(path, sizeof path, "%s/consolidated.safetensors", dir);

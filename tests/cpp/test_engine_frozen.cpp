@@ -154,6 +154,22 @@ TEST(EngineFrozen, CheckpointsAndTheSixteenBitModelHoldTheBase) {
     EXPECT_NE(std::string(bytes.begin(), bytes.end() - static_cast<std::ptrdiff_t>(nbytes)).find("\"base.weight\""),
               std::string::npos);
 
+    // Offline access (zero-to-fp32): the frozen tensor after the trainable ones, bitwise.
+    dsrt_checkpoint *ckpt = nullptr;
+    ASSERT_EQ(dsrt_checkpoint_open(dir.c_str(), "t", &ckpt), DSRT_OK) << dsrt_last_error_message();
+    EXPECT_EQ(dsrt_checkpoint_num_tensors(ckpt), 3);
+    EXPECT_STREQ(dsrt_checkpoint_tensor_name(ckpt, 2), "base.weight");
+    int64_t dims[8] = {};
+    int32_t ndim = 0;
+    ASSERT_EQ(dsrt_checkpoint_tensor_shape(ckpt, "base.weight", dims, &ndim), DSRT_OK);
+    EXPECT_EQ(ndim, 2);
+    EXPECT_EQ(dims[0], kOut);
+    std::vector<float> offline(base.size());
+    ASSERT_EQ(dsrt_checkpoint_read_tensor_fp32(ckpt, "base.weight", offline.data(), offline.size()), DSRT_OK)
+        << dsrt_last_error_message();
+    EXPECT_EQ(std::memcmp(offline.data(), base.data(), base.size() * sizeof(float)), 0);
+    dsrt_checkpoint_close(ckpt);
+
     // An engine where the base is trainable: refused, naming the tensor.
     LoraEngine c = make_lora(config, local_comm(), true, true);
     st = load_checkpoint(*c.engine, dir, "t");
@@ -165,6 +181,19 @@ TEST(EngineFrozen, CheckpointsAndTheSixteenBitModelHoldTheBase) {
     st = load_checkpoint(*b.engine, dir2, "t");
     EXPECT_EQ(st.code(), DSRT_ERR_CHECKPOINT);
     EXPECT_NE(st.message().find("'base.weight' is trainable in the checkpoint"), std::string::npos) << st.message();
+    // A damaged frozen-parameter file: the load fails naming the tensor and changes nothing.
+    {
+      const std::string frozen_path = join_file_path(join_file_path(dir, "t"), kFrozenFile);
+      std::fstream f(frozen_path, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(17);
+      f.put('\x5a');
+    }
+    const std::vector<float> before = read_fp32(b.a);
+    st = load_checkpoint(*b.engine, dir, "t");
+    EXPECT_EQ(st.code(), DSRT_ERR_CHECKPOINT);
+    EXPECT_NE(st.message().find("frozen tensor 'base.weight'"), std::string::npos) << st.message();
+    const std::vector<float> unchanged = read_fp32(b.a);
+    EXPECT_EQ(std::memcmp(before.data(), unchanged.data(), before.size() * sizeof(float)), 0);
     (void)remove_tree(dir);
     (void)remove_tree(dir2);
   }
