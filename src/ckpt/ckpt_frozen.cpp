@@ -52,6 +52,9 @@ Status check_frozen(const Engine &engine, const Manifest &m, const std::string &
                    "'%s': tensor '%s' is trainable in the checkpoint but frozen in this engine; register it with "
                    "dsrt_engine_add_param",
                    path.c_str(), frozen.tensor(i).name.c_str());
+  // A checkpoint holding no frozen tensor at all (saved before they existed, or by a host that kept
+  // them itself) leaves the engine's frozen tensors as they are.
+  if (m.frozen.empty()) return Status::Ok();
   if (m.frozen.size() != frozen.size())
     return Error(DSRT_ERR_CHECKPOINT, "'%s' is from another model: it holds %zu frozen tensors, the engine has %zu",
                  path.c_str(), m.frozen.size(), frozen.size());

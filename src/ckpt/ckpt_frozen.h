@@ -16,7 +16,8 @@ namespace dsrt {
 // out: the manifest entries (filled on every rank).
 Status save_frozen(Engine &engine, const std::string &dir, bool write_here, std::vector<ManifestFrozen> *out);
 // CHECKPOINT naming the tensor when a tensor is frozen on one side and trainable on the other,
-// or the frozen tensors differ (names, shapes, count). Local.
+// or the frozen tensors differ (names, shapes, count); a checkpoint without any frozen tensor is
+// accepted (the engine's frozen tensors keep their values). Local.
 Status check_frozen(const Engine &engine, const Manifest &m, const std::string &path);
 // This rank's part of every frozen tensor (FrozenParams::owned), read from tag_dir and checked
 // against the manifest's checksums. Local.

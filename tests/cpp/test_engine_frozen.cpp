@@ -181,6 +181,18 @@ TEST(EngineFrozen, CheckpointsAndTheSixteenBitModelHoldTheBase) {
     st = load_checkpoint(*b.engine, dir2, "t");
     EXPECT_EQ(st.code(), DSRT_ERR_CHECKPOINT);
     EXPECT_NE(st.message().find("'base.weight' is trainable in the checkpoint"), std::string::npos) << st.message();
+    // A checkpoint without any frozen tensor (saved by an engine without the base) loads, and the
+    // frozen base keeps its value.
+    const std::string dir3 = dir + "_nofrozen";
+    LoraEngine bare = make_lora(config, local_comm(), false);
+    ASSERT_TRUE(save_checkpoint(*bare.engine, dir3, "t").ok());
+    LoraEngine d = make_lora(config, local_comm());
+    st = load_checkpoint(*d.engine, dir3, "t");
+    ASSERT_TRUE(st.ok()) << st.message();
+    const std::vector<float> kept = read_fp32(d.base);
+    EXPECT_EQ(std::memcmp(kept.data(), base.data(), base.size() * sizeof(float)), 0);
+    (void)remove_tree(dir3);
+
     // A damaged frozen-parameter file: the load fails naming the tensor and changes nothing.
     {
       const std::string frozen_path = join_file_path(join_file_path(dir, "t"), kFrozenFile);

@@ -137,7 +137,7 @@ class Zero3Mixin:
 
     def _release_to(self, held):
         """Release acquires until each parameter holds what `held` (id -> count) says."""
-        for _, param in self._params:
+        for _, param in self._params + self._frozen_params:
             while self._gathered.get(id(param), 0) > held.get(id(param), 0):
                 self._release_param(param)
 
@@ -184,7 +184,9 @@ class Zero3Mixin:
                 del self._fwd_stack[i]
                 break
         params = self._module_params(module)
-        needs_backward = torch.is_grad_enabled() and any(p.requires_grad for p in params)
+        # Frozen parameters are gathered for the backward too: autograd may have saved them to
+        # compute the gradient of the module's inputs.
+        needs_backward = torch.is_grad_enabled() and any(p.requires_grad or id(p) in self._by_param for p in params)
         for param in params:
             self._release_param(param)
         if not needs_backward:
