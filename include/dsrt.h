@@ -271,6 +271,31 @@ DSRT_API dsrt_status dsrt_engine_create(const dsrt_config *config, dsrt_comm *co
 DSRT_API dsrt_status dsrt_engine_add_param(dsrt_engine *engine, const char *name, const int64_t *shape,
                                            int32_t ndim, const float *init, dsrt_tensor **out);
 
+/* Register a frozen parameter (a base model fine-tuned through adapters): a working copy only, in
+** the working dtype, with no gradient, no fp32 master and no optimizer state; the optimizer never
+** changes it. Arguments, ownership and validation as dsrt_engine_add_param (the name must differ
+** from every trainable and frozen tensor's). Before build only; every rank registers the same
+** frozen tensors in the same order (build: DSRT_ERR_COMM otherwise). Same thread rules as
+** add_param (one thread per engine).
+** Storage: at ZeRO stages 0-2 (and on one rank) every rank keeps the whole working copy; at stage
+** 3 on W ranks each rank keeps ceil(n/W) elements, and dsrt_tensor_acquire all-gathers the tensor
+** (a collective: every rank acquires the same frozen tensors in the same order) into a copy that
+** the last dsrt_tensor_release frees (no prefetch, no reuse cache: each acquire after a release
+** gathers again). offload_param does not apply to them: their shards stay in device memory.
+** Calls on the handle: acquire/release as above; dsrt_tensor_read_fp32 returns the working copy
+** widened to fp32 (collective at stage 3); dsrt_tensor_write_fp32 sets it (rounded to the working
+** dtype); dsrt_tensor_grad, dsrt_tensor_grad_ready and dsrt_tensor_set_group return
+** DSRT_ERR_STATE naming the tensor; dsrt_tensor_group returns -1; name/ndim/shape/numel as for any
+** tensor. Frozen tensors are not counted by dsrt_engine_num_tensors / dsrt_engine_tensor (which
+** list the trainable ones); they are saved in checkpoints (marked frozen: loading into an engine
+** where a tensor's frozen flag differs is DSRT_ERR_CHECKPOINT naming it) and in the 16-bit model
+** file, and counted in dsrt_memory_stats.working_params.
+** Returns DSRT_OK; DSRT_ERR_INVALID_ARGUMENT (NULL engine or name, empty or taken name, bad ndim or
+** shape, non-finite init); DSRT_ERR_STATE (engine already built, or unusable after a failed
+** collective). The handle is owned by the engine and valid until the engine is destroyed. */
+DSRT_API dsrt_status dsrt_engine_add_frozen_param(dsrt_engine *engine, const char *name, const int64_t *shape,
+                                                  int32_t ndim, const float *init, dsrt_tensor **out);
+
 /* After the last add_param: checks that all ranks registered the same tensors, partitions,
 ** allocates and places every state (device, host, NVMe). DSRT_ERR_COMM if ranks disagree. */
 DSRT_API dsrt_status dsrt_engine_build(dsrt_engine *engine);
@@ -538,7 +563,8 @@ DSRT_API dsrt_status dsrt_engine_load_checkpoint(dsrt_engine *engine, const char
 DSRT_API dsrt_status dsrt_engine_save_16bit_model(dsrt_engine *engine, const char *path);
 
 /* Offline access to a checkpoint, without an engine, at any world size. Memory stays near the
-** largest tensor whatever the model size. */
+** largest tensor whatever the model size. The tensors are the trainable ones (their fp32 masters)
+** in registration order, then the frozen ones (dsrt_engine_add_frozen_param; their saved values). */
 DSRT_API dsrt_status dsrt_checkpoint_open(const char *dir, const char *tag, dsrt_checkpoint **out);
 DSRT_API int64_t dsrt_checkpoint_num_tensors(const dsrt_checkpoint *ckpt); /* -1 for NULL */
 DSRT_API const char *dsrt_checkpoint_tensor_name(const dsrt_checkpoint *ckpt, int64_t index); /* NULL if out of range */

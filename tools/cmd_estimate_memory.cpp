@@ -8,6 +8,13 @@
 // DeepSpeed's non-offload host rule (every GPU's process holds an fp32 copy while loading). NVMe
 // offload (stage 3 only, as in DeepSpeed) moves the bytes DeepSpeed counts for CPU offload from
 // host memory to NVMe; with no NVMe in the choice, the formulas reduce to DeepSpeed's exactly.
+//
+// Frozen parameters (--trainable-params T < --params N: F = N - T frozen, as in LoRA fine-tuning)
+// have a 16-bit working copy only, no gradient, master or optimizer state (dsrt's frozen tensors):
+// the formulas above run with T, and the F frozen parameters add 2 bytes each on the GPU (divided
+// by the world size at stage 3; dsrt does not offload them) and, where the host figure is the
+// fp32 copy every process holds while loading the model (no optimizer offload at stages 0-2, and
+// stage 3 without zero_init), 4 bytes each per GPU of the host times the buffer factor.
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -109,6 +116,17 @@ Estimate estimate(double params, double largest_layer, const Hardware &hw, const
   }
 }
 
+// The estimate for T trainable parameters plus the frozen ones' working copies (see the top).
+Estimate estimate_with_frozen(double trainable, double frozen, double largest_layer, const Hardware &hw,
+                              const Choice &c) {
+  Estimate e = estimate(trainable, largest_layer, hw, c);
+  if (frozen <= 0) return e;
+  e.gpu_bytes += c.stage == 3 ? int64_t(std::trunc(2 * frozen / double(hw.world_size))) : int64_t(2 * frozen);
+  const bool loading_copy = c.optimizer == Place::kNone && (c.stage < 3 || !c.zero_init);
+  if (loading_copy) e.host_bytes += int64_t(frozen * 4 * double(hw.gpus_per_node) * kBufferFactor);
+  return e;
+}
+
 // Every configuration worth showing for one stage, in DeepSpeed's table order.
 std::vector<Choice> choices_for_stage(int stage, bool have_optimizer, Place optimizer, bool have_param, Place param) {
   std::vector<Choice> out;
@@ -196,13 +214,15 @@ std::string gib(int64_t bytes) {
 
 void print_help() {
   std::printf(
-      "usage: dsrt estimate-memory --params N [--world-size W] [--gpus-per-node G] [--stage S]\n"
+      "usage: dsrt estimate-memory --params N [--trainable-params T] [--world-size W] [--gpus-per-node G] [--stage S]\n"
       "                            [--offload-optimizer none|cpu|nvme] [--offload-param none|cpu|nvme]\n"
       "                            [--largest-layer-params L] [--gpu-memory SIZE] [--json]\n\n"
       "Memory for the model states (parameters, gradients, optimizer states) of an N-parameter model\n"
       "trained with mixed-precision Adam, per GPU and per host, for each ZeRO stage and offload choice.\n"
       "Activations, the CUDA context and fragmentation are not included.\n\n"
       "  --params N               parameter count: 125000000, 1.3e9, 350M, 7B, 1T\n"
+      "  --trainable-params T     of which trainable (default N); the other N-T are frozen: a 16-bit\n"
+      "                           working copy only (divided by the world size at stage 3)\n"
       "  --world-size W           total GPUs (default 1)\n"
       "  --gpus-per-node G        GPUs per host (default W: one host); W must be a multiple of G\n"
       "  --stage S                0, 1, 2 or 3 (default: every stage)\n"
@@ -229,7 +249,8 @@ int usage_error(const char *fmt, const std::string &arg) {
 }
 
 int run_estimate_memory(const std::vector<std::string> &args) {
-  double params = 0, largest_layer = 0, gpu_memory = 0;
+  double params = 0, largest_layer = 0, gpu_memory = 0, trainable = 0;
+  bool have_trainable = false;
   bool have_params = false, have_largest = false, have_gpu_memory = false, json = false;
   bool have_gpn = false, have_optimizer = false, have_param = false;
   int64_t stage = -1;
@@ -259,6 +280,9 @@ int run_estimate_memory(const std::vector<std::string> &args) {
     if (key == "--params") {
       if (!parse_count(value, &params)) return usage_error("--params: '%s' is not a positive count (e.g. 7B, 1.3e9)", value);
       have_params = true;
+    } else if (key == "--trainable-params") {
+      if (!parse_count(value, &trainable)) return usage_error("--trainable-params: '%s' is not a positive count", value);
+      have_trainable = true;
     } else if (key == "--largest-layer-params") {
       if (!parse_count(value, &largest_layer)) return usage_error("--largest-layer-params: '%s' is not a positive count", value);
       have_largest = true;
@@ -286,6 +310,8 @@ int run_estimate_memory(const std::vector<std::string> &args) {
   if (!have_gpn) hw.gpus_per_node = hw.world_size;
   if (hw.world_size % hw.gpus_per_node != 0)
     return usage_error("--world-size must be a multiple of --gpus-per-node%s", "");
+  if (have_trainable && trainable > params) return usage_error("--trainable-params exceeds --params%s", "");
+  if (!have_trainable) trainable = params;
   if (have_largest && largest_layer > params) return usage_error("--largest-layer-params exceeds --params%s", "");
   if (have_param && param != Place::kNone && stage != -1 && stage != 3)
     return usage_error("--offload-param needs --stage 3 (parameters are partitioned only at stage 3)%s", "");
@@ -309,14 +335,14 @@ int run_estimate_memory(const std::vector<std::string> &args) {
   bool any_fits = false;
   std::vector<Estimate> estimates;
   for (const Choice &c : rows) {
-    estimates.push_back(estimate(params, largest_layer, hw, c));
+    estimates.push_back(estimate_with_frozen(trainable, params - trainable, largest_layer, hw, c));
     if (have_gpu_memory && double(estimates.back().gpu_bytes) <= gpu_memory) any_fits = true;
   }
 
   if (json) {
-    std::printf("{\n  \"params\": %.0f,\n  \"largest_layer_params\": %.0f,\n  \"world_size\": %lld,\n"
+    std::printf("{\n  \"params\": %.0f,\n  \"trainable_params\": %.0f,\n  \"largest_layer_params\": %.0f,\n  \"world_size\": %lld,\n"
                 "  \"gpus_per_node\": %lld,\n  \"nodes\": %lld,\n  \"additional_buffer_factor\": %.1f,\n",
-                params, largest_layer, (long long)hw.world_size, (long long)hw.gpus_per_node,
+                params, trainable, largest_layer, (long long)hw.world_size, (long long)hw.gpus_per_node,
                 (long long)hw.nodes(), kBufferFactor);
     if (have_gpu_memory) std::printf("  \"gpu_memory_bytes\": %.0f,\n", gpu_memory);
     std::printf("  \"configurations\": [\n");
@@ -335,6 +361,7 @@ int run_estimate_memory(const std::vector<std::string> &args) {
   }
 
   std::printf("Model states of a %.3gB-parameter model (mixed-precision Adam)", params / 1e9);
+  if (trainable < params) std::printf(", %.3gB of them trainable (the rest frozen)", trainable / 1e9);
   if (have_largest) std::printf(", largest layer %.3gM parameters", largest_layer / 1e6);
   std::printf("\non %lld GPU%s: %lld node%s x %lld GPU%s per node.\n\n", (long long)hw.world_size,
               hw.world_size > 1 ? "s" : "", (long long)hw.nodes(), hw.nodes() > 1 ? "s" : "",

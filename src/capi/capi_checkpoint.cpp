@@ -30,7 +30,7 @@ Status checkpoint_for(const dsrt_checkpoint *handle, const char *fn, CheckpointR
 
 Status tensor_named(CheckpointReader *reader, const char *fn, const char *name, size_t *out) {
   if (name == nullptr) return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: name is NULL", fn);
-  const int t = reader->manifest().tensor_index(name);
+  const int t = reader->index_of(name);
   if (t < 0)
     return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: the checkpoint '%s' has no tensor named '%s'", fn,
                  reader->tag_dir().c_str(), name);
@@ -89,14 +89,14 @@ DSRT_API dsrt_status dsrt_checkpoint_open(const char *dir, const char *tag, dsrt
 
 DSRT_API int64_t dsrt_checkpoint_num_tensors(const dsrt_checkpoint *ckpt) {
   if (ckpt == nullptr || !ckpt->impl) return -1;
-  return static_cast<int64_t>(ckpt->impl->manifest().tensors.size());
+  return static_cast<int64_t>(ckpt->impl->num_tensors());
 }
 
 DSRT_API const char *dsrt_checkpoint_tensor_name(const dsrt_checkpoint *ckpt, int64_t index) {
   if (ckpt == nullptr || !ckpt->impl || index < 0 ||
-      static_cast<uint64_t>(index) >= ckpt->impl->manifest().tensors.size())
+      static_cast<uint64_t>(index) >= ckpt->impl->num_tensors())
     return nullptr;
-  return ckpt->impl->manifest().tensors[static_cast<size_t>(index)].name.c_str();
+  return ckpt->impl->name(static_cast<size_t>(index)).c_str();
 }
 
 DSRT_API dsrt_status dsrt_checkpoint_tensor_shape(const dsrt_checkpoint *ckpt, const char *name, int64_t *shape,
@@ -108,7 +108,7 @@ DSRT_API dsrt_status dsrt_checkpoint_tensor_shape(const dsrt_checkpoint *ckpt, c
     DSRT_REQUIRE_ARG(ndim);
     size_t t = 0;
     DSRT_RETURN_IF_ERROR(dsrt::tensor_named(reader, fn, name, &t));
-    const std::vector<int64_t> &dims = reader->manifest().tensors[t].shape;
+    const std::vector<int64_t> &dims = reader->shape(t);
     *ndim = static_cast<int32_t>(dims.size());
     if (shape != nullptr)
       for (size_t i = 0; i < dims.size() && i < 8; ++i) shape[i] = dims[i];
@@ -124,7 +124,7 @@ DSRT_API dsrt_status dsrt_checkpoint_read_tensor_fp32(dsrt_checkpoint *ckpt, con
     DSRT_RETURN_IF_ERROR(dsrt::checkpoint_for(ckpt, fn, &reader));
     size_t t = 0;
     DSRT_RETURN_IF_ERROR(dsrt::tensor_named(reader, fn, name, &t));
-    const int64_t numel = reader->manifest().tensors[t].numel;
+    const int64_t numel = reader->numel(t);
     if (count != static_cast<uint64_t>(numel))
       return dsrt::Error(DSRT_ERR_INVALID_ARGUMENT, "%s: count is %llu but tensor '%s' has %lld elements", fn,
                          static_cast<unsigned long long>(count), name, static_cast<long long>(numel));

@@ -117,6 +117,18 @@ DSRT_API dsrt_status dsrt_engine_add_param(dsrt_engine *engine, const char *name
   });
 }
 
+DSRT_API dsrt_status dsrt_engine_add_frozen_param(dsrt_engine *engine, const char *name, const int64_t *shape,
+                                                  int32_t ndim, const float *init, dsrt_tensor **out) {
+  const char *fn = __func__;
+  if (out != nullptr) *out = nullptr;
+  return guarded(fn, [&]() -> Status {
+    Engine *e = nullptr;
+    DSRT_RETURN_IF_ERROR(dsrt::engine_of(engine, fn, &e));
+    REQUIRE_ARG(name);
+    return e->add_frozen_param(name, shape, ndim, init, out);
+  });
+}
+
 DSRT_API dsrt_status dsrt_engine_build(dsrt_engine *engine) {
   const char *fn = __func__;
   return guarded(fn, [&]() -> Status {
@@ -156,6 +168,7 @@ DSRT_API dsrt_status dsrt_tensor_acquire(dsrt_tensor *tensor, void **data, dsrt_
   return guarded(fn, [&]() -> Status {
     DSRT_RETURN_IF_ERROR(dsrt::tensor_of(tensor, fn));
     REQUIRE_ARG(data);
+    if (tensor->frozen) return tensor->engine->frozen_acquire(tensor->index, data, dtype);
     return tensor->engine->acquire(tensor->index, data, dtype);
   });
 }
@@ -164,6 +177,7 @@ DSRT_API dsrt_status dsrt_tensor_release(dsrt_tensor *tensor) {
   const char *fn = __func__;
   return guarded(fn, [&]() -> Status {
     DSRT_RETURN_IF_ERROR(dsrt::tensor_of(tensor, fn));
+    if (tensor->frozen) return tensor->engine->frozen_release(tensor->index);
     return tensor->engine->release(tensor->index);
   });
 }
@@ -174,6 +188,7 @@ DSRT_API dsrt_status dsrt_tensor_grad(dsrt_tensor *tensor, void **grad, dsrt_dty
   return guarded(fn, [&]() -> Status {
     DSRT_RETURN_IF_ERROR(dsrt::tensor_of(tensor, fn));
     REQUIRE_ARG(grad);
+    if (tensor->frozen) return tensor->engine->frozen_refuse(tensor->index, "grad");
     return tensor->engine->grad(tensor->index, grad, dtype);
   });
 }
@@ -182,6 +197,7 @@ DSRT_API dsrt_status dsrt_tensor_grad_ready(dsrt_tensor *tensor) {
   const char *fn = __func__;
   return guarded(fn, [&]() -> Status {
     DSRT_RETURN_IF_ERROR(dsrt::tensor_of(tensor, fn));
+    if (tensor->frozen) return tensor->engine->frozen_refuse(tensor->index, "grad_ready");
     return tensor->engine->grad_ready(tensor->index);
   });
 }
@@ -233,6 +249,7 @@ DSRT_API dsrt_status dsrt_tensor_read_fp32(dsrt_tensor *tensor, float *out, uint
   return guarded(fn, [&]() -> Status {
     DSRT_RETURN_IF_ERROR(dsrt::tensor_of(tensor, fn));
     REQUIRE_ARG(out);
+    if (tensor->frozen) return tensor->engine->frozen_read_fp32(tensor->index, out, count);
     return tensor->engine->read_fp32(tensor->index, out, count);
   });
 }
@@ -242,17 +259,20 @@ DSRT_API dsrt_status dsrt_tensor_write_fp32(dsrt_tensor *tensor, const float *sr
   return guarded(fn, [&]() -> Status {
     DSRT_RETURN_IF_ERROR(dsrt::tensor_of(tensor, fn));
     REQUIRE_ARG(src);
+    if (tensor->frozen) return tensor->engine->frozen_write_fp32(tensor->index, src, count);
     return tensor->engine->write_fp32(tensor->index, src, count);
   });
 }
 
 DSRT_API const char *dsrt_tensor_name(const dsrt_tensor *tensor) {
   if (tensor == nullptr || tensor->engine == nullptr) return nullptr;
+  if (tensor->frozen) return tensor->engine->frozen().tensor(tensor->index).name.c_str();
   return tensor->engine->tensor_name(tensor->index).c_str();
 }
 
 DSRT_API int32_t dsrt_tensor_ndim(const dsrt_tensor *tensor) {
   if (tensor == nullptr || tensor->engine == nullptr) return -1;
+  if (tensor->frozen) return static_cast<int32_t>(tensor->engine->frozen().tensor(tensor->index).shape.size());
   return static_cast<int32_t>(tensor->engine->tensor_shape(tensor->index).size());
 }
 
@@ -260,7 +280,8 @@ DSRT_API dsrt_status dsrt_tensor_shape(const dsrt_tensor *tensor, int64_t *out) 
   const char *fn = __func__;
   return guarded(fn, [&]() -> Status {
     DSRT_RETURN_IF_ERROR(dsrt::tensor_of(tensor, fn));
-    const std::vector<int64_t> &shape = tensor->engine->tensor_shape(tensor->index);
+    const std::vector<int64_t> &shape = tensor->frozen ? tensor->engine->frozen().tensor(tensor->index).shape
+                                                       : tensor->engine->tensor_shape(tensor->index);
     if (!shape.empty()) {
       REQUIRE_ARG(out);
       std::memcpy(out, shape.data(), shape.size() * sizeof(int64_t));
@@ -271,6 +292,7 @@ DSRT_API dsrt_status dsrt_tensor_shape(const dsrt_tensor *tensor, int64_t *out) 
 
 DSRT_API int64_t dsrt_tensor_numel(const dsrt_tensor *tensor) {
   if (tensor == nullptr || tensor->engine == nullptr) return -1;
+  if (tensor->frozen) return tensor->engine->frozen().tensor(tensor->index).numel;
   return tensor->engine->tensor_numel(tensor->index);
 }
 

@@ -42,12 +42,14 @@ DSRT_API int32_t dsrt_engine_num_groups(const dsrt_engine *engine) {
 DSRT_API dsrt_status dsrt_tensor_set_group(dsrt_tensor *tensor, int32_t group) {
   return guarded(__func__, [&]() -> Status {
     DSRT_RETURN_IF_ERROR(tensor_arg(tensor));
+    if (tensor->frozen) return tensor->engine->frozen_refuse(tensor->index, "set_group");
     return tensor->engine->set_tensor_group(tensor->index, group);
   });
 }
 
 DSRT_API int32_t dsrt_tensor_group(const dsrt_tensor *tensor) {
   if (tensor == nullptr || tensor->engine == nullptr) return -1;
+  if (tensor->frozen) return -1;
   return tensor->engine->tensor_group(tensor->index);
 }
 

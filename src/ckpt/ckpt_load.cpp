@@ -11,6 +11,7 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_collective.h"
+#include "ckpt/ckpt_frozen.h"
 #include "ckpt/crc32c.h"
 #include "ckpt/file_io.h"
 #include "ckpt/manifest.h"
@@ -30,6 +31,7 @@ std::string shape_text(const std::vector<int64_t> &shape) {
 }
 
 Status check_same_model(const Engine &engine, const Manifest &m, const std::string &path) {
+  DSRT_RETURN_IF_ERROR(check_frozen(engine, m, path));
   if (m.tensors.size() != engine.num_tensors())
     return Error(DSRT_ERR_CHECKPOINT, "'%s' is from another model: it holds %zu tensors, the engine has %zu", path.c_str(),
                  m.tensors.size(), engine.num_tensors());
@@ -99,6 +101,7 @@ struct Staged {
   Manifest manifest;
   std::vector<AlignedBuffer> streams;  // partition_elems floats each, in this rank's layout (segments filled)
   std::vector<uint8_t> client_state;
+  std::vector<std::vector<float>> frozen;  // this rank's part of each frozen tensor
 };
 
 Status stage(Engine &engine, const std::string &tag_dir, Staged *out) {
@@ -143,6 +146,7 @@ Status stage(Engine &engine, const std::string &tag_dir, Staged *out) {
     }
   }
 
+  DSRT_RETURN_IF_ERROR(stage_frozen(engine, m, tag_dir, &out->frozen));
   if (m.client_state_bytes > 0) {
     const std::string path = join_file_path(tag_dir, kClientStateFile);
     std::string bytes;
@@ -206,7 +210,7 @@ Status commit(Engine &engine, const Staged &staged) {
           DSRT_RETURN_IF_ERROR(groups.set_raw(g, static_cast<HyperName>(i), v.second)
                                    .with_context(Format("parameter group %zu of the checkpoint", g)));
   engine.set_client_state(staged.client_state.data(), staged.client_state.size());
-  return Status::Ok();
+  return commit_frozen(engine, staged.frozen);
 }
 
 }  // namespace

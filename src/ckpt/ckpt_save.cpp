@@ -16,6 +16,7 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_collective.h"
+#include "ckpt/ckpt_frozen.h"
 #include "ckpt/crc32c.h"
 #include "ckpt/file_io.h"
 #include "ckpt/manifest.h"
@@ -289,6 +290,8 @@ Status save_checkpoint(Engine &engine, const std::string &dir, const std::string
   status = agree_on_status(comm, status);
   if (status.ok() && config.zero.stage3_gather_16bit_weights_on_model_save)
     status = save_16bit_model(engine, join_file_path(temp_dir, kModel16File), leader);
+  std::vector<ManifestFrozen> frozen;
+  if (status.ok()) status = agree_on_status(comm, save_frozen(engine, temp_dir, leader, &frozen));
   if (status.ok()) status = comm.all_reduce_u64(bytes.data(), world, ReduceOp::Max);
   if (status.ok()) status = comm.all_reduce_u64(crcs.data(), world, ReduceOp::Max);
   if (!status.ok()) {
@@ -296,7 +299,11 @@ Status save_checkpoint(Engine &engine, const std::string &dir, const std::string
     return status.with_context("save_checkpoint '" + join_file_path(dir, tag) + "'");
   }
   status = Status::Ok();
-  if (leader) status = publish(engine, dir, temp_dir, tag, build_manifest(engine, tag, save_id, block_bytes, bytes, crcs));
+  if (leader) {
+    Manifest manifest = build_manifest(engine, tag, save_id, block_bytes, bytes, crcs);
+    manifest.frozen = std::move(frozen);
+    status = publish(engine, dir, temp_dir, tag, manifest);
+  }
   status = agree_on_status(comm, status);
   if (!status.ok() && leader) (void)remove_tree(temp_dir);
   return status.with_context("save_checkpoint '" + join_file_path(dir, tag) + "'");

@@ -128,6 +128,12 @@ std::string shard_file_name(int rank) {
   return buf;
 }
 
+int Manifest::frozen_index(const std::string &name) const {
+  for (size_t t = 0; t < frozen.size(); ++t)
+    if (frozen[t].name == name) return static_cast<int>(t);
+  return -1;
+}
+
 int Manifest::tensor_index(const std::string &name) const {
   for (size_t t = 0; t < tensors.size(); ++t)
     if (tensors[t].name == name) return static_cast<int>(t);
@@ -180,6 +186,21 @@ std::string Manifest::to_json() const {
     add_int(o, "numel", t.numel);
     add_int(o, "group", t.group);
     cJSON_AddItemToArray(ts, o);
+  }
+  if (!frozen.empty()) {
+    cJSON_AddStringToObject(r, "frozen_file", kFrozenFile);
+    cJSON *fs = cJSON_AddArrayToObject(r, "frozen_tensors");
+    for (const ManifestFrozen &t : frozen) {
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddStringToObject(o, "name", t.name.c_str());
+      cJSON *shape = cJSON_AddArrayToObject(o, "shape");
+      for (int64_t d : t.shape) cJSON_AddItemToArray(shape, cJSON_CreateNumber(static_cast<double>(d)));
+      add_int(o, "numel", t.numel);
+      cJSON_AddBoolToObject(o, "frozen", 1);
+      add_int(o, "offset", static_cast<int64_t>(t.offset));
+      cJSON_AddStringToObject(o, "crc32c", hex64(t.crc).c_str());
+      cJSON_AddItemToArray(fs, o);
+    }
   }
   cJSON *gs = cJSON_AddArrayToObject(r, "param_groups");
   for (const ManifestGroup &g : groups) {
@@ -295,6 +316,30 @@ Status Manifest::parse(const std::string &text, const std::string &path, Manifes
       if (cJSON_GetObjectItemCaseSensitive(o, "group") != nullptr)
         t.group = static_cast<int32_t>(rd.ranged(o, "group", 0, std::numeric_limits<int32_t>::max()));
       m.tensors.push_back(std::move(t));
+    }
+  }
+  if (cJSON_GetObjectItemCaseSensitive(r, "frozen_tensors") != nullptr) {
+    if (const cJSON *fs = rd.array(r, "frozen_tensors")) {
+      for (const cJSON *o = fs->child; o && rd.status.ok(); o = o->next) {
+        ManifestFrozen t;
+        t.name = rd.string(o, "name");
+        if (const cJSON *shape = rd.array(o, "shape")) {
+          for (const cJSON *d = shape->child; d && rd.status.ok(); d = d->next)
+            t.shape.push_back(rd.integer_value(d, "shape"));
+          if (t.shape.size() > kMaxManifestDims)
+            rd.status = Error(DSRT_ERR_CHECKPOINT, "'%s': frozen tensor '%s' has %zu dimensions; at most %zu are possible",
+                              path.c_str(), t.name.c_str(), t.shape.size(), kMaxManifestDims);
+        }
+        t.numel = rd.ranged(o, "numel", 0, kMaxManifestElems);
+        t.offset = static_cast<uint64_t>(rd.ranged(o, "offset", 0, kMaxCount));
+        t.crc = static_cast<uint32_t>(rd.hex(o, "crc32c"));
+        int64_t n = 1;
+        for (int64_t d : t.shape) n = d < 0 || (d > 0 && n > kMaxManifestElems / d) ? -1 : n * d;
+        if (rd.status.ok() && n != t.numel)
+          rd.status = Error(DSRT_ERR_CHECKPOINT, "'%s': frozen tensor '%s' has numel %lld but its shape holds %lld",
+                            path.c_str(), t.name.c_str(), static_cast<long long>(t.numel), static_cast<long long>(n));
+        m.frozen.push_back(std::move(t));
+      }
     }
   }
   if (cJSON_GetObjectItemCaseSensitive(r, "param_groups") != nullptr) {

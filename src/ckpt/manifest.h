@@ -23,6 +23,7 @@ constexpr const char *kManifestCrcFile = "manifest.crc32c";
 constexpr const char *kClientStateFile = "client_state.bin";
 constexpr const char *kModel16File = "model_16bit.safetensors";
 constexpr const char *kLatestFile = "latest";
+constexpr const char *kFrozenFile = "frozen_params.bin";
 
 // What a manifest may claim; anything beyond is refused on load (a crafted or damaged file), so
 // that every size computed from it fits in 64 bits.
@@ -52,6 +53,16 @@ struct ManifestTensor {
   std::vector<int64_t> shape;
   int64_t numel = 0;
   int32_t group = 0;  // parameter group ("group", absent in checkpoints saved before groups: 0)
+};
+
+// A frozen tensor (manifest "frozen_tensors", each marked "frozen": true): its full fp32 value is
+// stored whole in kFrozenFile at byte offset, numel * 4 bytes, with its CRC-32C.
+struct ManifestFrozen {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+  uint64_t offset = 0;
+  uint32_t crc = 0;
 };
 
 // One parameter group's hyperparameters, by name (param_groups.h's names).
@@ -92,6 +103,9 @@ struct Manifest {
   std::vector<ManifestShard> shards;
   // Parameter groups ("param_groups"); empty for checkpoints saved before groups existed.
   std::vector<ManifestGroup> groups;
+  // Frozen tensors; empty for checkpoints without any (and those saved before they existed).
+  std::vector<ManifestFrozen> frozen;
+  int frozen_index(const std::string &name) const;
 
   uint32_t num_streams() const { return 1 + static_cast<uint32_t>(state_names.size()); }
   std::string to_json() const;

@@ -1,4 +1,4 @@
-// defines: save_16bit_model -- the working weights of every tensor (16-bit under fp16/bf16, fp32
+// defines: save_16bit_model -- the working weights of every tensor (frozen ones included) (16-bit under fp16/bf16, fp32
 // otherwise), gathered one tensor at a time and streamed into one safetensors file.
 #include <vector>
 
@@ -63,6 +63,9 @@ Status save_16bit_model(Engine &engine, const std::string &path, bool write_here
   std::vector<SafetensorsEntry> entries;
   for (size_t t = 0; t < engine.num_tensors(); ++t)
     entries.push_back({engine.tensor_name(t), engine.tensor_shape(t), engine.working_dtype()});
+  FrozenParams &frozen = engine.mutable_frozen();  // frozen tensors after the trainable ones
+  for (size_t i = 0; i < frozen.size(); ++i)
+    entries.push_back({frozen.tensor(i).name, frozen.tensor(i).shape, engine.working_dtype()});
   SafetensorsWriter writer;
   Status local;
   if (write_here)
@@ -74,6 +77,11 @@ Status save_16bit_model(Engine &engine, const std::string &path, bool write_here
   for (size_t t = 0; t < engine.num_tensors(); ++t) {
     DSRT_RETURN_IF_ERROR(gather_working_tensor(engine, t, &buffer)
                              .with_context("save_16bit_model: gathering '" + engine.tensor_name(t) + "'"));
+    if (write_here && local.ok()) local = writer.append(buffer.data(), buffer.size());
+  }
+  for (size_t i = 0; i < frozen.size(); ++i) {
+    DSRT_RETURN_IF_ERROR(frozen.read_working(i, &buffer)
+                             .with_context("save_16bit_model: gathering frozen tensor '" + frozen.tensor(i).name + "'"));
     if (write_here && local.ok()) local = writer.append(buffer.data(), buffer.size());
   }
   if (write_here && local.ok()) local = writer.finish();

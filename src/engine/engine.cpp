@@ -188,41 +188,52 @@ Status Engine::track(Status status) {
   return status;
 }
 
-Status Engine::add_param(const std::string &name, const int64_t *shape, int ndim, const float *init,
-                         dsrt_tensor **out) {
+Status Engine::check_new_param(const char *what, const std::string &name, const int64_t *shape, int ndim,
+                               const float *init, std::vector<int64_t> *shape_out, int64_t *numel,
+                               std::vector<float> *init_out) const {
   if (built_)
-    return Error(DSRT_ERR_STATE, "add_param('%s'): the engine is already built; register every tensor before build",
+    return Error(DSRT_ERR_STATE, "%s('%s'): the engine is already built; register every tensor before build", what,
                  name.c_str());
-  if (name.empty()) return Error(DSRT_ERR_INVALID_ARGUMENT, "add_param: the tensor name is empty");
+  if (name.empty()) return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: the tensor name is empty", what);
   if (ndim < 0 || ndim > 8)
-    return Error(DSRT_ERR_INVALID_ARGUMENT, "add_param('%s'): ndim is %d; it must be 0..8", name.c_str(), ndim);
+    return Error(DSRT_ERR_INVALID_ARGUMENT, "%s('%s'): ndim is %d; it must be 0..8", what, name.c_str(), ndim);
   if (ndim > 0 && shape == nullptr)
-    return Error(DSRT_ERR_INVALID_ARGUMENT, "add_param('%s'): shape is NULL with ndim %d", name.c_str(), ndim);
-  for (const TensorInfo &t : tensors_)
-    if (t.name == name)
-      return Error(DSRT_ERR_INVALID_ARGUMENT, "add_param('%s'): a tensor of that name is already registered",
-                   name.c_str());
-  TensorInfo info;
-  info.name = name;
-  info.numel = 1;
+    return Error(DSRT_ERR_INVALID_ARGUMENT, "%s('%s'): shape is NULL with ndim %d", what, name.c_str(), ndim);
+  bool taken = false;
+  for (const TensorInfo &t : tensors_) taken = taken || t.name == name;
+  for (size_t i = 0; i < frozen_.size(); ++i) taken = taken || frozen_.tensor(i).name == name;
+  if (taken)
+    return Error(DSRT_ERR_INVALID_ARGUMENT, "%s('%s'): a tensor of that name is already registered", what,
+                 name.c_str());
+  *numel = 1;
+  shape_out->clear();
   for (int i = 0; i < ndim; ++i) {
     if (shape[i] <= 0)
-      return Error(DSRT_ERR_INVALID_ARGUMENT, "add_param('%s'): shape[%d] is %lld; sizes must be positive",
+      return Error(DSRT_ERR_INVALID_ARGUMENT, "%s('%s'): shape[%d] is %lld; sizes must be positive", what,
                    name.c_str(), i, static_cast<long long>(shape[i]));
-    if (info.numel > (int64_t{1} << 40) / shape[i])
-      return Error(DSRT_ERR_INVALID_ARGUMENT, "add_param('%s'): the tensor has more than 2^40 elements", name.c_str());
-    info.shape.push_back(shape[i]);
-    info.numel *= shape[i];
+    if (*numel > (int64_t{1} << 40) / shape[i])
+      return Error(DSRT_ERR_INVALID_ARGUMENT, "%s('%s'): the tensor has more than 2^40 elements", what, name.c_str());
+    shape_out->push_back(shape[i]);
+    *numel *= shape[i];
   }
+  init_out->clear();
   if (init != nullptr) {
-    info.init.assign(init, init + info.numel);
-    for (int64_t i = 0; i < info.numel; ++i)
-      if (!std::isfinite(info.init[i]))
-        return Error(DSRT_ERR_INVALID_ARGUMENT, "add_param('%s'): init[%lld] is not finite", name.c_str(),
+    init_out->assign(init, init + *numel);
+    for (int64_t i = 0; i < *numel; ++i)
+      if (!std::isfinite((*init_out)[i]))
+        return Error(DSRT_ERR_INVALID_ARGUMENT, "%s('%s'): init[%lld] is not finite", what, name.c_str(),
                      static_cast<long long>(i));
   }
+  return Status::Ok();
+}
+
+Status Engine::add_param(const std::string &name, const int64_t *shape, int ndim, const float *init,
+                         dsrt_tensor **out) {
+  TensorInfo info;
+  info.name = name;
+  DSRT_RETURN_IF_ERROR(check_new_param("add_param", name, shape, ndim, init, &info.shape, &info.numel, &info.init));
   tensors_.push_back(std::move(info));
-  handles_.push_back(dsrt_tensor{this, tensors_.size() - 1});
+  handles_.push_back(dsrt_tensor{this, tensors_.size() - 1, false});
   if (out != nullptr) *out = &handles_.back();
   return Status::Ok();
 }
@@ -315,6 +326,7 @@ Status Engine::build_impl() {
     return Error(DSRT_ERR_STATE, "build: no tensors registered; call dsrt_engine_add_param first");
   DSRT_RETURN_IF_ERROR(groups_.check_consistent().with_context("build"));
   DSRT_RETURN_IF_ERROR(check_rank_agreement());
+  DSRT_RETURN_IF_ERROR(check_frozen_agreement());
   std::vector<int64_t> numels;
   for (const TensorInfo &t : tensors_) numels.push_back(t.numel);
   DSRT_RETURN_IF_ERROR(part_.build(numels, config_.zero.stage, comm_->size()));
@@ -387,6 +399,7 @@ Status Engine::build_impl() {
     DSRT_RETURN_IF_ERROR(coordinator_->init(&part_, comm_.get(), device_.get(), co, working_.data(), std::move(names)));
     if (config_.zero.offload_param.device != OffloadDevice::None) DSRT_RETURN_IF_ERROR(param_offload_build());
   }
+  DSRT_RETURN_IF_ERROR(frozen_.build(comm_.get(), device_.get(), working_dtype(), part_.stage()));
   fix_step_lrs();
   built_ = true;
   timers_.reset();
@@ -623,6 +636,8 @@ Status Engine::memory(dsrt_memory_stats *out) const {
   if (built_) {
     // offload_param: working_ exists only during a step; the shards are in host memory or on NVMe.
     stats.working_params[dev] += working_.bytes();
+    // Frozen tensors: their working copies only (shards at stage 3) and gathered copies in use.
+    stats.working_params[dev] += frozen_.resident_bytes() + frozen_.gathered_bytes();
     if (coordinator_) stats.working_params[dev] += coordinator_->gathered_bytes();
     stats.working_params[DSRT_LOC_HOST] += param_nvme_resident_bytes();
     stats.working_params[DSRT_LOC_NVME] += param_nvme_shard_bytes();

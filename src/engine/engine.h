@@ -39,6 +39,7 @@
 #include "config/train_config.h"
 #include "device/device.h"
 #include "dsrt.h"
+#include "engine/frozen_params.h"
 #include "engine/loss_scaler.h"
 #include "engine/lr_scheduler.h"
 #include "engine/param_groups.h"
@@ -63,7 +64,8 @@ struct dsrt_engine {
 };
 struct dsrt_tensor {
   dsrt::Engine *engine = nullptr;
-  size_t index = 0;
+  size_t index = 0;     // into the trainable registry, or into the frozen one when frozen
+  bool frozen = false;  // dsrt_engine_add_frozen_param (frozen_params.h)
 };
 
 namespace dsrt {
@@ -129,6 +131,21 @@ class Engine {
   // Whether an accumulation window is open (a micro-step finished or a gradient requested since
   // the last boundary).
   bool window_open() const;
+
+  // --- frozen tensors (frozen_params.h): registered apart from the trainable ones; index i is
+  // the i-th frozen tensor. No gradient, master or optimizer state.
+  Status add_frozen_param(const std::string &name, const int64_t *shape, int ndim, const float *init,
+                          dsrt_tensor **out);
+  Status frozen_acquire(size_t i, void **data, dsrt_dtype *dtype);
+  Status frozen_release(size_t i);
+  Status frozen_read_fp32(size_t i, float *out, uint64_t count);
+  Status frozen_write_fp32(size_t i, const float *src, uint64_t count);
+  // STATE naming the tensor: what (grad, grad_ready, set_group...) needs a trainable tensor.
+  Status frozen_refuse(size_t i, const char *what) const;
+  size_t num_frozen() const { return frozen_.size(); }
+  const FrozenParams &frozen() const { return frozen_; }
+  FrozenParams &mutable_frozen() { return frozen_; }  // checkpoint load, 16-bit model save
+  dsrt_tensor *frozen_handle(size_t i) { return &frozen_handles_[i]; }
 
   bool built() const { return built_; }
   double loss_scale() const { return scaler_.scale(); }
@@ -205,6 +222,7 @@ class Engine {
   Status refresh_working_copies_impl();
   Status step_impl(dsrt_step_result *out);
   Status check_rank_agreement();
+  Status check_frozen_agreement();  // engine_frozen.cpp
   Status allocate_states();
   // Runs the optimizer with step_lrs_ (one lr per group).
   Status optimizer_update(float grad_scale);
@@ -315,6 +333,11 @@ class Engine {
   std::unique_ptr<OptimizerBackend> host_backend_;
   std::vector<TensorInfo> tensors_;
   std::deque<dsrt_tensor> handles_;  // stable addresses
+  FrozenParams frozen_;
+  std::deque<dsrt_tensor> frozen_handles_;
+  // INVALID_ARGUMENT for a bad name (empty, or taken by a trainable or frozen tensor) or shape.
+  Status check_new_param(const char *what, const std::string &name, const int64_t *shape, int ndim, const float *init,
+                         std::vector<int64_t> *shape_out, int64_t *numel, std::vector<float> *init_out) const;
   bool built_ = false;
 
   Partitioning part_;

@@ -205,7 +205,7 @@ static void whole_life_of_an_engine(void) {
   dsrt_config *cfg = NULL;
   dsrt_comm *comm = NULL;
   dsrt_engine *engine = NULL;
-  dsrt_tensor *w = NULL, *bad = NULL;
+  dsrt_tensor *w = NULL, *bad = NULL, *frozen = NULL;
   char *text = NULL;
   double number = 0.0;
   const int64_t shape[2] = {2, 2};
@@ -276,6 +276,12 @@ static void whole_life_of_an_engine(void) {
   EXPECT(bad == NULL);
   OK(dsrt_engine_add_param(engine, "w", shape, 2, init, &w));
   EXPECT(dsrt_engine_add_param(engine, "w", shape, 2, init, &bad) != DSRT_OK); /* duplicate name */
+  EXPECT_STATUS(dsrt_engine_add_frozen_param(NULL, "f", shape, 2, init, &bad), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(dsrt_engine_add_frozen_param(engine, "w", shape, 2, init, &bad), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(dsrt_engine_add_frozen_param(engine, "f", bad_shape, 2, init, &bad), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT(bad == NULL);
+  OK(dsrt_engine_add_frozen_param(engine, "frozen", shape, 2, init, &frozen));
+  EXPECT(frozen != NULL && dsrt_tensor_numel(frozen) == dsrt_tensor_numel(w));
   {
     int32_t group = -1;
     double value = 0.0;
@@ -305,6 +311,21 @@ static void whole_life_of_an_engine(void) {
   OK(dsrt_engine_build(engine));
   EXPECT_STATUS(dsrt_engine_build(engine), DSRT_ERR_STATE);
   EXPECT_STATUS(dsrt_engine_add_param(engine, "late", shape, 2, NULL, &bad), DSRT_ERR_STATE);
+  EXPECT_STATUS(dsrt_engine_add_frozen_param(engine, "late", shape, 2, NULL, &bad), DSRT_ERR_STATE);
+  {
+    void *fdata = NULL, *fgrad = NULL;
+    float fvalues[64];
+    int64_t k, n = dsrt_tensor_numel(frozen);
+    EXPECT(n <= 64);
+    EXPECT_STATUS(dsrt_tensor_grad(frozen, &fgrad, NULL), DSRT_ERR_STATE);
+    EXPECT(strstr(dsrt_last_error_message(), "frozen") != NULL);
+    EXPECT_STATUS(dsrt_tensor_grad_ready(frozen), DSRT_ERR_STATE);
+    OK(dsrt_tensor_acquire(frozen, &fdata, NULL));
+    EXPECT(fdata != NULL);
+    OK(dsrt_tensor_release(frozen));
+    OK(dsrt_tensor_read_fp32(frozen, fvalues, (uint64_t)n));
+    for (k = 0; k < n; ++k) EXPECT(fvalues[k] == init[k]);
+  }
 
   int32_t device_type = -1, device_index = -1;
   OK(dsrt_engine_device(engine, &device_type, &device_index));
@@ -404,12 +425,17 @@ static void whole_life_of_an_engine(void) {
       OK(dsrt_tensor_write_fp32(w, out, 4));
       OK(dsrt_engine_load_checkpoint(engine, dir, NULL));
       OK(dsrt_checkpoint_open(dir, "t1", &ckpt));
-      EXPECT(dsrt_checkpoint_num_tensors(ckpt) == 1);
+      /* the trainable tensor, then the frozen one */
+      EXPECT(dsrt_checkpoint_num_tensors(ckpt) == 2);
       EXPECT(dsrt_checkpoint_tensor_name(ckpt, 0) != NULL && strcmp(dsrt_checkpoint_tensor_name(ckpt, 0), "w") == 0);
-      EXPECT(dsrt_checkpoint_tensor_name(ckpt, 1) == NULL);
+      EXPECT(dsrt_checkpoint_tensor_name(ckpt, 1) != NULL &&
+             strcmp(dsrt_checkpoint_tensor_name(ckpt, 1), "frozen") == 0);
+      EXPECT(dsrt_checkpoint_tensor_name(ckpt, 2) == NULL);
       OK(dsrt_checkpoint_tensor_shape(ckpt, "w", ckpt_shape, &ndim));
       EXPECT(ndim == 2 && ckpt_shape[0] == 2 && ckpt_shape[1] == 2);
       OK(dsrt_checkpoint_read_tensor_fp32(ckpt, "w", out, 4));
+      EXPECT(memcmp(out, init, sizeof init) == 0);
+      OK(dsrt_checkpoint_read_tensor_fp32(ckpt, "frozen", out, 4));
       EXPECT(memcmp(out, init, sizeof init) == 0);
       EXPECT(dsrt_checkpoint_read_tensor_fp32(ckpt, "nope", out, 4) != DSRT_OK);
       snprintf(path, sizeof path, "%s/consolidated.safetensors", dir);

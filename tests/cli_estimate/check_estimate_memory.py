@@ -153,6 +153,35 @@ fits = estimates(7e9, 8, 8, None, ["--gpu-memory", "40G"])["configurations"]
 for r in fits:
     check(r["fits"] == (r["gpu_bytes"] <= 40 * 2**30), f"fits flag for {r}")
 
+# Frozen parameters (--trainable-params T): the figures for T trainable parameters plus 2 bytes
+# per frozen parameter on the GPU (/W at stage 3) and, where the host figure is the fp32 loading
+# copy (no optimizer offload at stages 0-2, stage 3 without zero_init), 4 bytes per frozen
+# parameter per GPU of the host, times 1.5.
+for params, trainable, world, gpn, largest in [(7_000_000_000, 40_000_000, 8, 8, 32_000_000),
+                                               (1_000_003, 1_001, 3, 3, 999)]:
+    frozen = params - trainable
+    full = {(r["stage"], r["offload_optimizer"], r["offload_param"], r["zero_init"]): r
+            for r in estimates(params, world, gpn, largest, ["--trainable-params", str(trainable)])["configurations"]}
+    base = {(r["stage"], r["offload_optimizer"], r["offload_param"], r["zero_init"]): r
+            for r in estimates(trainable, world, gpn, largest)["configurations"]}
+    check(set(full) == set(base), "the same configurations with frozen parameters")
+    for key, r in full.items():
+        stage, opt, par, zi = key
+        gpu_extra = int(2 * frozen / world) if stage == 3 else 2 * frozen
+        host_extra = int(frozen * 4 * gpn * 1.5) if opt == "none" and (stage < 3 or not zi) else 0
+        check(close(r["gpu_bytes"], base[key]["gpu_bytes"] + gpu_extra), f"frozen {key}: gpu {r['gpu_bytes']}")
+        check(close(r["host_bytes"], base[key]["host_bytes"] + host_extra), f"frozen {key}: host {r['host_bytes']}")
+        check(r["nvme_bytes"] == base[key]["nvme_bytes"], f"frozen {key}: nvme")
+    # A 7B base with 40M trainable at stage 3 without offload: per-GPU bytes fall with the GPU count.
+    if params == 7_000_000_000:
+        one = estimates(params, 1, 1, largest, ["--trainable-params", str(trainable), "--stage", "3",
+                                                "--offload-optimizer", "none"])["configurations"][0]
+        eight = full[(3, "none", "none", True)]
+        check(eight["gpu_bytes"] < one["gpu_bytes"] / 4, f"frozen base at stage 3: {eight['gpu_bytes']} vs {one['gpu_bytes']}")
+data = estimates(5000, 1, 1, None, ["--trainable-params", "5000"])
+check(data["trainable_params"] == 5000 and data["configurations"] == estimates(5000, 1, 1)["configurations"],
+      "--trainable-params N equals no flag")
+
 # Bad command lines: exit 2 and a message naming the problem.
 for args, needle in [((), "--params N is required"), (("--params", "abc"), "--params"),
                      (("--params", "1B", "--stage", "5"), "--stage"),
@@ -161,7 +190,9 @@ for args, needle in [((), "--params N is required"), (("--params", "abc"), "--pa
                      (("--params", "1B", "--stage", "2", "--offload-optimizer", "nvme"), "stage 3"),
                      (("--params", "1B", "--offload-param", "disk"), "--offload-param"),
                      (("--params", "1B", "--bogus", "1"), "unknown option"),
-                     (("--params", "1B", "--gpu-memory", "lots"), "--gpu-memory")]:
+                     (("--params", "1B", "--gpu-memory", "lots"), "--gpu-memory"),
+                     (("--params", "1B", "--trainable-params", "2B"), "--trainable-params exceeds"),
+                     (("--params", "1B", "--trainable-params", "x"), "--trainable-params")]:
     rc, out, err = run(*args)
     check(rc == 2 and needle in err, f"{args}: rc={rc} (want 2), stderr={err!r} (want {needle!r})")
 

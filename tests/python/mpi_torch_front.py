@@ -61,6 +61,74 @@ def check_weights(comm, stage):
     return failures
 
 
+def check_frozen(comm):
+    """A LoRA-style model at ZeRO-3: the frozen base (requires_grad=False) is a dsrt frozen tensor,
+    each rank holds half of it, its value is unchanged by training, and the adapter trains as plain
+    PyTorch does on both ranks' data."""
+    rank, world = comm.rank, comm.world_size
+    torch.manual_seed(5)
+    model = torch.nn.ModuleDict({"base": torch.nn.Linear(24, 16, bias=False), "a": torch.nn.Linear(24, 3, bias=False),
+                                 "b": torch.nn.Linear(3, 16, bias=False)})
+    torch.nn.init.normal_(model["b"].weight, std=0.2)
+    model["base"].requires_grad_(False)
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return self.inner["base"](x) + self.inner["b"](self.inner["a"](x))
+
+    wrapped, reference = Wrapper(model), Wrapper(copy.deepcopy(model))
+    base_before = model["base"].weight.detach().clone()
+    config = {"train_micro_batch_size_per_gpu": 4,
+              "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.05}},
+              "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}}
+    engine, *_ = dsrt.initialize(model=wrapped, config=config, comm=comm)
+    failures = 0
+    if model["base"].weight.numel() != 0:
+        print("rank %d: the frozen base is whole outside use at stage 3" % rank, file=sys.stderr)
+        failures += 1
+    # Per rank: the adapters' shards plus half of the base (fp32), beside an engine without the base.
+    working = engine.memory()["working_params"][0]
+    expected_base = (24 * 16 + world - 1) // world * 4
+    trainable = [p for n, p in reference.named_parameters() if p.requires_grad]
+    ref_opt = torch.optim.AdamW(trainable, lr=0.01, weight_decay=0.05)
+    generator = torch.Generator().manual_seed(9)
+    for _ in range(4):
+        shards = [(torch.randn(4, 24, generator=generator), torch.randn(4, 16, generator=generator))
+                  for _ in range(world)]
+        x, y = shards[rank]
+        engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+        engine.step()
+        (sum(torch.nn.functional.mse_loss(reference(sx), sy) for sx, sy in shards) / world).backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+    for name, param in reference.named_parameters():
+        ours = engine.get_fp32_param(name)
+        if param.requires_grad:
+            err = float((ours - param.detach()).norm() / param.detach().norm())
+            ok = err < 1e-5
+        else:
+            ok = torch.equal(ours, base_before)
+        if not ok:
+            print("rank %d frozen model %s: mismatch" % (rank, name), file=sys.stderr)
+            failures += 1
+    engine.close()
+    # The same adapters without the base: the difference is this rank's half of the base.
+    torch.manual_seed(5)
+    bare = torch.nn.ModuleDict({"a": torch.nn.Linear(24, 3, bias=False), "b": torch.nn.Linear(3, 16, bias=False)})
+    engine, *_ = dsrt.initialize(model=bare, config=config, comm=comm)
+    bare_working = engine.memory()["working_params"][0]
+    engine.close()
+    if working - bare_working != expected_base:
+        print("rank %d: the frozen base takes %d bytes, expected %d" % (rank, working - bare_working, expected_base),
+              file=sys.stderr)
+        failures += 1
+    return failures
+
+
 def check_shards(comm, shared_dir):
     """Each rank's DataLoader sees its own part of the data; together, all of it, once."""
     data = torch.utils.data.TensorDataset(torch.arange(22))
@@ -88,6 +156,7 @@ def main():
     comm = dsrt.Comm.from_env()
     assert comm.world_size == 2, "run me with mpirun -np 2"
     failures = sum(check_weights(comm, stage) for stage in (0, 1, 2, 3))
+    failures += check_frozen(comm)
     if len(sys.argv) > 1:
         failures += check_shards(comm, sys.argv[1])
     rank = comm.rank

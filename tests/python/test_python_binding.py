@@ -107,6 +107,33 @@ def test_linear_regression_converges_with_zero_copy_views():
         w.release()
 
 
+def test_frozen_param_keeps_its_value_and_refuses_gradients():
+    rng = np.random.default_rng(77)
+    x = rng.standard_normal((64, 8)).astype(np.float32)
+    base_value = rng.standard_normal(8).astype(np.float32)
+    y = x @ (base_value + 1.0)
+    with dsrt.Comm.local() as comm, dsrt.Engine(adamw_config(optimizer={"type": "AdamW", "params": {"lr": 0.05}}),
+                                                comm) as engine:
+        base = engine.add_frozen_param("base", init=base_value)
+        delta = engine.add_param("delta", init=np.zeros(8))
+        engine.build()
+        assert "base" in engine.tensors and base.shape == (8,)
+        b = base.acquire().numpy()
+        d = delta.acquire().numpy()
+        for _ in range(200):
+            residual = x @ (b + d) - y
+            delta.grad().numpy()[:] += 2.0 * x.T @ residual / len(x)
+            delta.grad_ready()
+            engine.step()
+        np.testing.assert_array_equal(base.read_fp32(), base_value)  # bitwise: the optimizer never touched it
+        np.testing.assert_allclose(delta.read_fp32(), np.ones(8), rtol=5e-2, atol=5e-2)
+        with pytest.raises(dsrt.StateError) as info:
+            base.grad()
+        assert "'base'" in info.value.message and "frozen" in info.value.message
+        base.release()
+        delta.release()
+
+
 def test_buffer_protocol_and_dlpack_share_memory():
     torch = pytest.importorskip("torch", reason="torch is not installed for this Python")
     with dsrt.Engine(adamw_config(bf16={"enabled": True})) as engine:

@@ -46,7 +46,7 @@ def test_lora_model_in_bf16_matches_plain_pytorch_mixed_precision(stage):
     master = copy.deepcopy(model)  # plain PyTorch's bf16 training: fp32 masters, bf16 compute copies
     frozen_before = model.base.weight.detach().clone()
     engine, *_ = dsrt.initialize(model=model, config=config(stage, bf16={"enabled": True}), comm=dsrt.Comm.local())
-    assert model.base.weight.dtype == torch.bfloat16 and model.base.weight.numel() == 16 * 12
+    assert model.base.weight.dtype == torch.bfloat16 and model.base.weight.numel() == (0 if stage == 3 else 16 * 12)
     trainable = [(n, p) for n, p in master.named_parameters() if p.requires_grad]
     ref_opt = torch.optim.AdamW([p for _, p in trainable], lr=0.01, betas=(0.9, 0.99), weight_decay=0.05)
     for x, y in data(5, seed=11):
@@ -63,12 +63,18 @@ def test_lora_model_in_bf16_matches_plain_pytorch_mixed_precision(stage):
     for name, param in trainable:
         err = float((engine.get_fp32_param(name) - param.detach()).norm() / param.detach().norm())
         assert err < 1e-5, "%s: relative error %g at stage %d" % (name, err, stage)
-    # The frozen base: cast, never trained, whole on this rank.
-    assert torch.equal(model.base.weight, frozen_before.to(torch.bfloat16))
+    # The frozen base: a dsrt frozen tensor, cast, never trained; under ZeRO-3 empty outside use
+    # (each rank holds its share) and gathered whole for the forward.
     assert torch.equal(engine.get_fp32_param("base.weight"), frozen_before.to(torch.bfloat16).float())
-    assert "base.weight" not in engine._engine.tensors
+    assert "base.weight" in engine._engine.tensors
     if stage == 3:
-        assert model.lora_a.weight.numel() == 0
+        assert model.lora_a.weight.numel() == 0 and model.base.weight.numel() == 0
+        engine._acquire_param(model.base.weight)
+        assert torch.equal(model.base.weight, frozen_before.to(torch.bfloat16))
+        engine._release_param(model.base.weight)
+        assert model.base.weight.numel() == 0
+    else:
+        assert torch.equal(model.base.weight, frozen_before.to(torch.bfloat16))
     engine.close()
 
 
@@ -121,4 +127,32 @@ def test_stage3_forward_that_raises_leaves_parameters_released():
     engine.backward(out.sum())
     engine.step()
     assert not engine._gathered
+    engine.close()
+
+
+@pytest.mark.parametrize("stage", [0, 2, 3])
+def test_frozen_layer_between_trainable_ones_passes_gradients_through(stage):
+    """A frozen layer in the middle: the gradient of the first layer flows through the frozen
+    weight, which ZeRO-3 gathers again for that backward (and releases by the step)."""
+    torch.manual_seed(31)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 16),
+                                torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    model[2].requires_grad_(False)
+    reference = copy.deepcopy(model)
+    frozen_before = model[2].weight.detach().clone()
+    engine, *_ = dsrt.initialize(model=model, config=config(stage), comm=dsrt.Comm.local())
+    trainable = [p for p in reference.parameters() if p.requires_grad]
+    ref_opt = torch.optim.AdamW(trainable, lr=0.01, betas=(0.9, 0.99), weight_decay=0.05)
+    train_beside(engine, reference, ref_opt, [(a[:, :8], b[:, :3]) for a, b in data(4, seed=32)])
+    assert_fp32_weights_match(engine, reference, what=" at stage %d" % stage)
+    assert torch.equal(engine.get_fp32_param("2.weight"), frozen_before)
+    if stage == 3:
+        assert model[2].weight.numel() == 0 and not engine._gathered
+        # Released once its module's backward is done, before the step.
+        x, y = data(1, seed=33)[0]
+        engine.backward(torch.nn.functional.mse_loss(engine(x[:, :8]), y[:, :3]))
+        assert model[2].weight.numel() == 0 and id(model[2].weight) not in engine._gathered
+        engine.step()
+        # Each rank's share of the frozen layer (one rank: all of it) is counted as working memory.
+        assert engine.memory()["working_params"][0] >= (16 * 16 + 16) * 4
     engine.close()

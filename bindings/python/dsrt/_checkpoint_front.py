@@ -49,7 +49,8 @@ class CheckpointMixin:
     def save_checkpoint(self, save_dir, tag=None, client_state=None, save_latest=True,
                         exclude_frozen_parameters=False):
         """DeepSpeed's save_checkpoint. save_latest=False leaves the folder's `latest` file as it
-        was; exclude_frozen_parameters=True leaves the frozen parameters out."""
+        was. Frozen floating-point parameters are dsrt's frozen tensors, always in its checkpoint;
+        exclude_frozen_parameters=True leaves out only the non-floating ones the front keeps."""
         save_dir = os.fspath(save_dir)
         latest = os.path.join(save_dir, "latest")
         before = None
@@ -82,13 +83,18 @@ class CheckpointMixin:
 
     def _load_frozen(self, load_dir, tag):
         path = os.path.join(load_dir, tag, _FROZEN_FILE)
-        if not self._frozen or not os.path.isfile(path):
+        frozen_tensors = getattr(self, "_frozen_params", [])
+        if not (self._frozen or frozen_tensors) or not os.path.isfile(path):
             return
         # A dict of fp32 tensors: nothing to unpickle but tensors, so the safe loader (torch >= 1.13).
         stored = torch.load(path, map_location="cpu", weights_only=True)
         for name, param in self._frozen:
             if name in stored:
                 param.data.copy_(stored[name].to(param.dtype))
+        # Checkpoints saved before dsrt held frozen parameters kept them here.
+        for tensor, _ in frozen_tensors:
+            if tensor.name in stored:
+                tensor.write_fp32(stored[tensor.name].to(torch.float32).contiguous().numpy())
 
     def _tag_of(self, load_dir, tag):
         if tag is not None:

@@ -502,8 +502,9 @@ class Engine(_Handle):
         self.tensors = {}
         self._device = None
 
-    def add_param(self, name, shape=None, init=None):
-        """Register a parameter by shape, or by an initial value (anything NumPy can read)."""
+    def add_param(self, name, shape=None, init=None, frozen=False):
+        """Register a parameter by shape, or by an initial value (anything NumPy can read);
+        frozen=True registers it frozen (dsrt_engine_add_frozen_param)."""
         address = None
         keep = None
         if init is not None:
@@ -519,10 +520,16 @@ class Engine(_Handle):
             raise InvalidArgumentError(capi.DSRT_ERR_INVALID_ARGUMENT,
                                        "add_param(%r): init has %d values, shape %r needs %d"
                                        % (name, keep.size, shape, _prod(shape)))
-        handle = _check(capi.dsrt_engine_add_param(self.handle, name, ctypes.addressof(dims), len(shape), address))
+        add = capi.dsrt_engine_add_frozen_param if frozen else capi.dsrt_engine_add_param
+        handle = _check(add(self.handle, name, ctypes.addressof(dims), len(shape), address))
         tensor = Tensor(self, handle)
         self.tensors[name] = tensor
         return tensor
+
+    def add_frozen_param(self, name, shape=None, init=None):
+        """Register a frozen parameter (a working copy only: no gradient, master or optimizer
+        state), by shape or by an initial value, as add_param."""
+        return self.add_param(name, shape, init, frozen=True)
 
     def build(self):
         _check(capi.dsrt_engine_build(self.handle))

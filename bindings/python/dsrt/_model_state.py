@@ -29,7 +29,7 @@ class ModelStateMixin:
         gathered = []
         try:
             if self.stage == 3:
-                for _, param in self._params:
+                for _, param in self._params + self._frozen_params:
                     self._acquire_param(param)
                     gathered.append(param)
             state = collections.OrderedDict(

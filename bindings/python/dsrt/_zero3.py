@@ -31,6 +31,22 @@ class _PreBackward(torch.autograd.Function):
         return (None, None) + grads
 
 
+class _PostBackward(torch.autograd.Function):
+    """Identity on a module's inputs whose backward, which runs once the module's own backward is
+    done, releases the frozen parameters gathered for that backward."""
+
+    @staticmethod
+    def forward(ctx, engine, module, *inputs):
+        ctx.engine = engine
+        ctx.module = module
+        return inputs[0] if len(inputs) == 1 else inputs
+
+    @staticmethod
+    def backward(ctx, *grads):
+        ctx.engine._release_after_backward(ctx.module)
+        return (None, None) + grads
+
+
 def _visit_tensors(value, fn):
     """Call fn on every tensor that needs a gradient in value (a tensor or tuples, lists and dicts of
     them), in a fixed order, and return value with each replaced by what fn returned. Dicts are
@@ -87,6 +103,7 @@ class Zero3Mixin:
         self._fwd_stack = []  # modules whose forward is running, innermost last
         self._param_dicts = []  # (module, the _parameters object it had before)
         self._hooked = set()  # id() of the modules with gathering hooks
+        self._frozen_for_backward = {}  # id(module) -> frozen parameters gathered for its backward
         if self.stage != 3:
             return
         for module in model.modules():
@@ -137,7 +154,7 @@ class Zero3Mixin:
 
     def _release_to(self, held):
         """Release acquires until each parameter holds what `held` (id -> count) says."""
-        for _, param in self._params:
+        for _, param in self._params + self._frozen_params:
             while self._gathered.get(id(param), 0) > held.get(id(param), 0):
                 self._release_param(param)
 
@@ -163,6 +180,13 @@ class Zero3Mixin:
             if for_backward and self._gathered.get(id(param), 0) > 0:
                 continue
             self._acquire_param(param)
+            if for_backward and not param.requires_grad and id(param) in self._by_param:
+                # A frozen parameter has no gradient hook to release it: the module's inputs do.
+                self._frozen_for_backward.setdefault(id(module), []).append(param)
+
+    def _release_after_backward(self, module):
+        for param in self._frozen_for_backward.pop(id(module), []):
+            self._release_param(param)
 
     def _hook_module(self, module):
         if id(module) in self._hooked:
@@ -177,6 +201,18 @@ class Zero3Mixin:
     def _pre_forward(self, module, inputs):
         self._gather_module(module)
         self._fwd_stack.append(module)
+        if not torch.is_grad_enabled() or not any(
+                not p.requires_grad and id(p) in self._by_param for p in self._module_params(module)):
+            return None
+        # A module with frozen parameters: its backward may need them gathered again (for the
+        # gradient of its inputs); route the inputs through _PostBackward to release them after.
+        found = []
+        _visit_tensors(inputs, found.append)
+        if not found:
+            return None
+        wrapped = _PostBackward.apply(self, module, *found)
+        wrapped = iter(wrapped if isinstance(wrapped, tuple) else (wrapped,))
+        return _visit_tensors(inputs, lambda _: next(wrapped))
 
     def _post_forward(self, module, inputs, output):
         for i in range(len(self._fwd_stack) - 1, -1, -1):
@@ -184,7 +220,9 @@ class Zero3Mixin:
                 del self._fwd_stack[i]
                 break
         params = self._module_params(module)
-        needs_backward = torch.is_grad_enabled() and any(p.requires_grad for p in params)
+        # Frozen parameters are gathered for the backward too: autograd may have saved them to
+        # compute the gradient of the module's inputs.
+        needs_backward = torch.is_grad_enabled() and any(p.requires_grad or id(p) in self._by_param for p in params)
         for param in params:
             self._release_param(param)
         if not needs_backward:

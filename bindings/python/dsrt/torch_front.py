@@ -11,8 +11,9 @@ dsrt owns the states: every parameter's .data becomes a zero-copy view of dsrt's
 (16-bit under fp16/bf16), each gradient is copied into dsrt's buffer and signalled ready as soon
 as autograd has accumulated it (so reduction overlaps the rest of backward), and under ZeRO-3
 parameters are empty outside the forward/backward of their module: module hooks acquire
-(gather) and release them, as DeepSpeed does. Frozen parameters (requires_grad=False) are cast to
-the working dtype and kept by the front, whole, outside dsrt (see DsrtEngine).
+(gather) and release them, as DeepSpeed does. Frozen floating-point parameters (requires_grad=False)
+become dsrt's frozen tensors: a working copy only, partitioned and gathered like the others under
+ZeRO-3 (see DsrtEngine).
 """
 
 import contextlib
@@ -57,10 +58,10 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, ModelStateMixin, torch.nn.Module):
 
     Trainable parameters (requires_grad, and in model_parameters when given) are registered with
     dsrt: param.data becomes a view of dsrt's working copy (empty outside use under ZeRO-3).
-    Frozen floating-point parameters are cast to the working dtype, as DeepSpeed casts them; they
-    stay whole on every rank, held by the front: dsrt's C engine has no tensor without optimizer
-    states, and registering them would run weight decay on them. Buffers (a rotary inv_freq, batch
-    norm statistics) keep their dtype, as under DeepSpeed."""
+    The other floating-point parameters are registered as frozen tensors (a working copy only, no
+    gradient, master or optimizer state; partitioned under ZeRO-3 and gathered around the forward
+    and backward of their modules like trainable ones). Non-floating parameters stay with the
+    front. Buffers (a rotary inv_freq, batch norm statistics) keep their dtype, as under DeepSpeed."""
 
     def __init__(self, model, model_parameters, config, comm, optimizer=None):
         super().__init__()
@@ -89,14 +90,20 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, ModelStateMixin, torch.nn.Module):
         elif model_parameters is not None:
             wanted = {id(p) for p in model_parameters}
         self._params = []  # (dsrt Tensor, param) of the trained parameters
-        self._frozen = []  # (name, param) of the others
+        self._frozen = []  # (name, param) of non-floating parameters, kept by the front
+        self._frozen_params = []  # (dsrt Tensor, param) of frozen floating-point parameters
         seen = set()
         for name, param in model.named_parameters():
             if id(param) in seen:
                 continue
             seen.add(id(param))
             if not param.requires_grad or (wanted is not None and id(param) not in wanted):
-                self._frozen.append((name, param))
+                if param.is_floating_point():
+                    init = param.detach().to(torch.float32).contiguous().cpu().numpy()
+                    self._frozen_params.append(
+                        (self._engine.add_frozen_param(name, shape=tuple(param.shape), init=init), param))
+                else:
+                    self._frozen.append((name, param))
                 continue
             init = param.detach().to(torch.float32).contiguous().cpu().numpy()
             tensor = self._engine.add_param(name, shape=tuple(param.shape), init=init)
@@ -130,7 +137,7 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, ModelStateMixin, torch.nn.Module):
         self._scale_wrt_gas = True
         self.dtype = torch.bfloat16 if _enabled(config, "bf16") else torch.float16 if _enabled(
             config, "fp16") else torch.float32
-        self._by_param = {id(p): t for t, p in self._params}
+        self._by_param = {id(p): t for t, p in self._params + self._frozen_params}
         self._micro_steps = 0
         self._last_boundary = None
         self._optimizer_facade = None
@@ -147,9 +154,12 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, ModelStateMixin, torch.nn.Module):
                 param.ds_numel, param.ds_shape, param.ds_id = tensor.numel, torch.Size(tensor.shape), index
             else:
                 param.data = tensor.acquire().torch()
-        for _, param in self._frozen:
-            if param.is_floating_point():
-                param.data = param.data.to(self.dtype)
+        for index, (tensor, param) in enumerate(self._frozen_params, start=len(self._params)):
+            if self.stage == 3:
+                param.data = torch.empty(0, dtype=self.dtype, device=self.device)
+                param.ds_numel, param.ds_shape, param.ds_id = tensor.numel, torch.Size(tensor.shape), index
+            else:
+                param.data = tensor.acquire().torch()
         # data_types.buffer_dtype (DeepSpeed 0.19): unset, buffers keep the dtype they were loaded in.
         buffer_dtype = _buffer_dtype(config)
         if buffer_dtype is not None:
@@ -330,7 +340,7 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, ModelStateMixin, torch.nn.Module):
 
     def get_fp32_param(self, name):
         """The full fp32 master value of a parameter as a torch tensor (gathered under any stage);
-        for a frozen parameter, its value in fp32."""
+        for a frozen parameter, its working value in fp32."""
         tensor = self._engine.tensors.get(name)
         if tensor is None:
             for frozen_name, param in self._frozen:

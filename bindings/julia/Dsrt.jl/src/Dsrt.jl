@@ -22,7 +22,7 @@ using .LibDsrt
 const L = LibDsrt
 
 export Config, Comm, Engine, Tensor, Checkpoint, DsrtError, StepResult, MemoryStats
-export add_param!, build!, step!, loss_scale, global_step, lr, tensors, memory, acquire, grad!,
+export add_param!, add_frozen_param!, build!, step!, loss_scale, global_step, lr, tensors, memory, acquire, grad!,
        read_fp32, write_fp32!, save_checkpoint, load_checkpoint!, save_16bit_model, set_client_state!,
        client_state, tensor_names, tensor_shape, read_tensor, export_safetensors, rank, world_size,
        barrier, set_number!, set_string!, set_bool!, set_hidden_size!, set_world_size!, get_number,
@@ -283,6 +283,29 @@ function add_param!(e::Engine, name::AbstractString, shape; init::Union{Abstract
         iptr = values === nothing ? Ptr{Float32}(C_NULL) : pointer(values)
         check(L.dsrt_engine_add_param(e, nul_free(name, :dsrt_engine_add_param), pointer(dims), Int32(length(dims)),
                                       iptr, out), :dsrt_engine_add_param)
+    end
+    return Tensor(e, out[])
+end
+
+"""
+    add_frozen_param!(engine, name, shape; init = nothing) -> Tensor
+
+A frozen parameter (dsrt_engine_add_frozen_param): a working copy only, with no gradient, fp32
+master or optimizer state; partitioned at ZeRO-3 and gathered by acquire. Arguments as add_param!;
+grad! on it throws a DsrtError (DSRT_ERR_STATE) naming it.
+"""
+function add_frozen_param!(e::Engine, name::AbstractString, shape; init::Union{AbstractArray{Float32},Nothing} = nothing)
+    dims = Int64[d for d in shape]
+    if init !== nothing && length(init) != prod(dims)
+        binding_error(L.DSRT_ERR_INVALID_ARGUMENT, :dsrt_engine_add_frozen_param,
+                      "'$name': init has $(length(init)) values but shape $(Tuple(dims)) has $(prod(dims))")
+    end
+    values = init === nothing ? nothing : Array{Float32}(init)
+    out = Ref{Ptr{L.dsrt_tensor}}(C_NULL)
+    GC.@preserve dims values begin
+        iptr = values === nothing ? Ptr{Float32}(C_NULL) : pointer(values)
+        check(L.dsrt_engine_add_frozen_param(e, nul_free(name, :dsrt_engine_add_frozen_param), pointer(dims),
+                                             Int32(length(dims)), iptr, out), :dsrt_engine_add_frozen_param)
     end
     return Tensor(e, out[])
 end

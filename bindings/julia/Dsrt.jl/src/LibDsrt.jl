@@ -159,6 +159,10 @@ dsrt_engine_add_param(engine, name, shape, ndim, init, out) =
     ccall((:dsrt_engine_add_param, libdsrt), dsrt_status,
           (Ptr{dsrt_engine}, Cstring, Ptr{Int64}, Int32, Ptr{Float32}, Ptr{Ptr{dsrt_tensor}}),
           engine, name, shape, ndim, init, out)
+dsrt_engine_add_frozen_param(engine, name, shape, ndim, init, out) =
+    ccall((:dsrt_engine_add_frozen_param, libdsrt), dsrt_status,
+          (Ptr{dsrt_engine}, Cstring, Ptr{Int64}, Int32, Ptr{Float32}, Ptr{Ptr{dsrt_tensor}}),
+          engine, name, shape, ndim, init, out)
 dsrt_engine_build(engine) = ccall((:dsrt_engine_build, libdsrt), dsrt_status, (Ptr{dsrt_engine},), engine)
 dsrt_engine_set_stream(engine, cuda_stream) =
     ccall((:dsrt_engine_set_stream, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Ptr{Cvoid}), engine, cuda_stream)

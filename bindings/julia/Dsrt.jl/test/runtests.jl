@@ -57,6 +57,26 @@ end
     @test_throws DsrtError to_json(c)             # a closed handle is an error, not a crash
 end
 
+@testset "frozen parameters" begin
+    e = Engine(Config(config_json(2; lr = 0.01, micro = 4)); comm = Comm(:local))
+    base_init = Float32[0.25, -0.5, 0.75, 1.0, -1.25, 1.5]
+    base = add_frozen_param!(e, "base", (2, 3); init = base_init)
+    w = add_param!(e, "w", (3,); init = Float32[0.5, -0.5, 1])
+    build!(e)
+    @test [name(t) for t in tensors(e)] == ["w"]    # frozen tensors are listed apart
+    err = try grad!(g -> nothing, base) catch x; x end
+    @test err isa DsrtError && err.code == Dsrt.L.DSRT_ERR_STATE && occursin("'base'", err.message)
+    for _ in 1:3
+        grad!(w) do g
+            g .= Float32[0.1, -0.2, 0.3]
+        end
+        step!(e)
+    end
+    @test read_fp32(w) != Float32[0.5, -0.5, 1]
+    @test read_fp32(base) == base_init              # bitwise: the optimizer never touched it
+    close(e)
+end
+
 @testset "life cycle, views, finalizers" begin
     config = Config(config_json(2; lr = 0.01, micro = 4))
     comm = Comm(:local)

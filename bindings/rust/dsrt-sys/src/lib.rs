@@ -177,6 +177,8 @@ extern "C" {
     pub fn dsrt_engine_create(config: *const dsrt_config, comm: *mut dsrt_comm, out: *mut *mut dsrt_engine) -> dsrt_status;
     pub fn dsrt_engine_add_param(engine: *mut dsrt_engine, name: *const c_char, shape: *const i64, ndim: i32,
                                  init: *const f32, out: *mut *mut dsrt_tensor) -> dsrt_status;
+    pub fn dsrt_engine_add_frozen_param(engine: *mut dsrt_engine, name: *const c_char, shape: *const i64, ndim: i32,
+                                        init: *const f32, out: *mut *mut dsrt_tensor) -> dsrt_status;
     pub fn dsrt_engine_build(engine: *mut dsrt_engine) -> dsrt_status;
     pub fn dsrt_engine_set_stream(engine: *mut dsrt_engine, cuda_stream: *mut c_void) -> dsrt_status;
     pub fn dsrt_engine_device(engine: *const dsrt_engine, device_type: *mut i32, device_index: *mut i32) -> dsrt_status;

@@ -124,19 +124,30 @@ impl Engine {
     /// Registers a parameter: `init` is the full fp32 value (row-major, identical on every rank),
     /// or None for zeros.
     pub fn add_param(&self, name: &str, shape: &[i64], init: Option<&[f32]>) -> Result<Tensor<'_>> {
-        const F: &str = "dsrt_engine_add_param";
-        let n = c_string(name, F)?;
+        self.register(name, shape, init, false)
+    }
+
+    /// Registers a frozen parameter (dsrt_engine_add_frozen_param): a working copy only, with no
+    /// gradient, fp32 master or optimizer state; partitioned at ZeRO-3 and gathered by acquire.
+    /// Its `grad` and `grad_ready` return `DSRT_ERR_STATE`.
+    pub fn add_frozen_param(&self, name: &str, shape: &[i64], init: Option<&[f32]>) -> Result<Tensor<'_>> {
+        self.register(name, shape, init, true)
+    }
+
+    fn register(&self, name: &str, shape: &[i64], init: Option<&[f32]>, frozen: bool) -> Result<Tensor<'_>> {
+        let what: &str = if frozen { "dsrt_engine_add_frozen_param" } else { "dsrt_engine_add_param" };
+        let n = c_string(name, what)?;
         if let Some(init) = init {
             let numel: i64 = shape.iter().product();
             if shape.iter().any(|&d| d <= 0) || init.len() as i64 != numel {
-                return Err(Error::new(sys::DSRT_ERR_INVALID_ARGUMENT, F,
+                return Err(Error::new(sys::DSRT_ERR_INVALID_ARGUMENT, what,
                     format!("'{name}': init has {} values but shape {shape:?} has {numel}", init.len())));
             }
         }
         let mut out = ptr::null_mut();
         let init_ptr = init.map_or(ptr::null(), <[f32]>::as_ptr);
-        check(unsafe { sys::dsrt_engine_add_param(self.raw.as_ptr(), n.as_ptr(), shape.as_ptr(), shape.len() as i32,
-                                                   init_ptr, &mut out) }, F)?;
+        let add = if frozen { sys::dsrt_engine_add_frozen_param } else { sys::dsrt_engine_add_param };
+        check(unsafe { add(self.raw.as_ptr(), n.as_ptr(), shape.as_ptr(), shape.len() as i32, init_ptr, &mut out) }, what)?;
         Ok(Tensor::new(NonNull::new(out).expect("dsrt_engine_add_param returned OK and NULL"), self))
     }
 

@@ -135,6 +135,36 @@ fn life_cycle_rules() {
 }
 
 #[test]
+fn frozen_params_keep_their_value_and_refuse_gradients() {
+    let config = Config::parse(&linear::config_json(2, 0.01, 4)).unwrap();
+    let engine = Engine::new(&config, None).unwrap();
+    let base_init: Vec<f32> = (0..6).map(|i| i as f32 * 0.25 - 0.5).collect();
+    let base = engine.add_frozen_param("base", &[2, 3], Some(&base_init)).unwrap();
+    assert!(engine.add_param("base", &[1], None).is_err(), "the name is taken by the frozen tensor");
+    let w = engine.add_param("w", &[3], Some(&[0.5, -0.5, 1.0])).unwrap();
+    engine.build().unwrap();
+    assert_eq!(engine.num_tensors(), 1, "frozen tensors are not listed with the trainable ones");
+    assert_eq!((base.name(), base.shape().unwrap()), ("base".to_string(), vec![2, 3]));
+    let e = base.grad().err().expect("a frozen tensor has no gradient");
+    assert_eq!(e.kind(), ErrorKind::State);
+    assert!(e.message().contains("'base'"), "{}", e.message());
+    for _ in 0..3 {
+        let mut g = w.grad().unwrap();
+        if let Some(values) = g.as_f32_mut() {
+            values.copy_from_slice(&[0.1, -0.2, 0.3]);
+        }
+        g.ready().unwrap();
+        engine.step().unwrap();
+    }
+    assert_ne!(w.read_fp32().unwrap(), vec![0.5, -0.5, 1.0], "the trainable tensor moved");
+    assert_eq!(base.read_fp32().unwrap(), base_init, "the frozen one did not");
+    let data = base.acquire().unwrap();
+    if let Some(values) = data.as_f32() {
+        assert_eq!(values, &base_init[..]);
+    }
+}
+
+#[test]
 fn handles_are_send_but_not_sync() {
     fn send<T: Send>() {}
     send::<Engine>();
