@@ -111,11 +111,22 @@ def check(comm, stage, form, kind="AdamW", dtype="fp32", seed=0):
         want = [g["lr"] for g in ref_opt.param_groups]
         if any(abs(a - b) > 1e-12 * b for a, b in zip(live, want)) or len(live) != 2:
             failures.append("step %d: param_groups lr %r, torch %r" % (step, live, want))
-    tolerance = 1e-5 if dtype == "fp32" else 2e-2
+    # bf16: the model computes in bf16 (8-bit mantissa) while torch's reference computes in fp32, and
+    # Adam divides each gradient by its own running magnitude, so on a tiny tensor (a 5-element norm
+    # bias) bf16's gradient rounding moves the result by a few percent after 20 steps (worst of 40
+    # seeds: 4.3%), while the whole model stays within 1% (worst of 40 seeds: 0.30%).
+    tolerance, tensor_tolerance = (1e-5, 1e-5) if dtype == "fp32" else (1e-2, 8e-2)
+    diff_sq = ref_sq = 0.0
     for name, param in reference.named_parameters():
-        err = float((engine.get_fp32_param(name) - param.detach()).norm() / param.detach().norm())
-        if not err < tolerance:
+        diff = engine.get_fp32_param(name) - param.detach()
+        diff_sq += float(diff.norm()) ** 2
+        ref_sq += float(param.detach().norm()) ** 2
+        err = float(diff.norm() / param.detach().norm())
+        if not err < tensor_tolerance:
             failures.append("%s %s stage %d %s %s: %s relative error %g" % (form, kind, stage, dtype, rank, name, err))
+    err = (diff_sq / ref_sq) ** 0.5
+    if not err < tolerance:
+        failures.append("%s %s stage %d %s %s: all parameters relative error %g" % (form, kind, stage, dtype, rank, err))
     engine.close()
     return failures
 
