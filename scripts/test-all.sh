@@ -27,16 +27,14 @@ asan() {
   cmake -S . -B "$asan_build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDSRT_SANITIZE=ON -DDSRT_CUDA=OFF \
         -DDSRT_BUILD_BENCH=OFF -DDSRT_BUILD_PYTHON=OFF >/dev/null &&
   cmake --build "$asan_build" -j "$jobs" &&
-  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:suppressions=$here/tests/asan.supp \
-         LSAN_OPTIONS=suppressions=$here/tests/lsan.supp UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  ctest --test-dir "$asan_build" -j "$jobs" --output-on-failure --timeout 900 -LE "nosan" && return 0
-  # LeakSanitizer's own stop-the-world tracer sometimes crashes at process exit under load ("Tracer
-  # caught signal 11 ... LeakSanitizer has encountered a fatal error"): the sanitizer failing, not a
-  # leak and not the test (google/sanitizers#1353). Only then are the failed tests run once more,
-  # alone; they must pass. Any other failure stands.
-  grep -q "LeakSanitizer has encountered a fatal error" "$asan_build/Testing/Temporary/LastTest.log" || return 1
-  echo "=== LeakSanitizer's tracer crashed; running the failed tests once more, one at a time"
-  ctest --test-dir "$asan_build" -j 1 --output-on-failure --timeout 900 -LE "nosan" --rerun-failed
+  # intercept_tls_get_addr=0: LeakSanitizer's tracking of dynamic TLS read a garbage block (a
+  # "DTLS" range of 0xccf-0x400001dd1 in a 4-rank MPI process) and its stop-the-world
+  # tracer crashed on it at exit of every 4-rank run ("Tracer caught signal 11: addr=0xcd0 ...
+  # LeakSanitizer has encountered a fatal error"), after the tests had passed. Without the
+  # interception dynamic TLS blocks are not scanned as roots; the leak check itself stays on.
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:intercept_tls_get_addr=0:suppressions=$here/tests/asan.supp \
+  LSAN_OPTIONS=suppressions=$here/tests/lsan.supp UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir "$asan_build" -j "$jobs" --output-on-failure --timeout 900 -LE "nosan"
 }
 suite asan+ubsan asan
 
