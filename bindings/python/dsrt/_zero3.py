@@ -47,6 +47,18 @@ class _PostBackward(torch.autograd.Function):
         return (None, None) + grads
 
 
+def _route_tensors(function, front, module, structure):
+    """structure with every tensor in it replaced by its output of one
+    function.apply(front, module, *tensors) call, or None when it holds no tensor."""
+    found = []
+    _visit_tensors(structure, found.append)
+    if not found:
+        return None
+    wrapped = function.apply(front, module, *found)
+    wrapped = iter(wrapped if isinstance(wrapped, tuple) else (wrapped,))
+    return _visit_tensors(structure, lambda _tensor: next(wrapped))
+
+
 def _visit_tensors(value, fn):
     """Call fn on every tensor that needs a gradient in value (a tensor or tuples, lists and dicts of
     them), in a fixed order, and return value with each replaced by what fn returned. Dicts are
@@ -206,13 +218,7 @@ class Zero3Mixin:
             return None
         # A module with frozen parameters: its backward may need them gathered again (for the
         # gradient of its inputs); route the inputs through _PostBackward to release them after.
-        found = []
-        _visit_tensors(inputs, found.append)
-        if not found:
-            return None
-        wrapped = _PostBackward.apply(self, module, *found)
-        wrapped = iter(wrapped if isinstance(wrapped, tuple) else (wrapped,))
-        return _visit_tensors(inputs, lambda _: next(wrapped))
+        return _route_tensors(_PostBackward, self, module, inputs)
 
     def _post_forward(self, module, inputs, output):
         for i in range(len(self._fwd_stack) - 1, -1, -1):
@@ -230,10 +236,5 @@ class Zero3Mixin:
         # Route every output tensor that needs a gradient through one _PreBackward, so the
         # module's parameters are gathered again before its backward: outputs may be a tensor or
         # tuples, lists and dicts of them (namedtuples, Hugging Face ModelOutput dicts).
-        found = []
-        _visit_tensors(output, found.append)
-        if not found:
-            return output
-        wrapped = _PreBackward.apply(self, module, *found)
-        wrapped = iter(wrapped if isinstance(wrapped, tuple) else (wrapped,))
-        return _visit_tensors(output, lambda _tensor: next(wrapped))
+        routed = _route_tensors(_PreBackward, self, module, output)
+        return output if routed is None else routed
