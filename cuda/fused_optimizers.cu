@@ -91,10 +91,10 @@ __device__ inline void process(const TensorEntry &e, const StepConsts &c, size_t
     else store_one(base, dtype, i, x[0]);
   };
   const bool read_s0 = uses_state0<OP>(c) && !(OP == kSgd && c.first_step);
-  load(e.master, DSRT_F32, p);
+  load(e.master, e.master_dtype, p);
   if (OP != kLambPhase2) load(e.grad, e.grad_dtype, g);
-  if (read_s0) load(e.state0, DSRT_F32, s0);
-  if (OP == kAdam || OP == kLambPhase1) load(e.state1, DSRT_F32, s1);
+  if (read_s0) load(e.state0, e.state_dtype, s0);
+  if (OP == kAdam || OP == kLambPhase1) load(e.state1, e.state_dtype, s1);
   if (OP == kLambPhase2) load(e.update, DSRT_F32, u);
 #pragma unroll
   for (int k = 0; k < W; ++k) {
@@ -102,12 +102,12 @@ __device__ inline void process(const TensorEntry &e, const StepConsts &c, size_t
     if (!read_s0) s0[k] = 0.0f;
     p[k] = update_one<OP>(c, lamb_step, g[k], p[k], s0[k], s1[k], u[k], p_sq, u_sq);
   }
-  if (uses_state0<OP>(c)) store(e.state0, DSRT_F32, s0);
-  if (OP == kAdam || OP == kLambPhase1) store(e.state1, DSRT_F32, s1);
+  if (uses_state0<OP>(c)) store(e.state0, e.state_dtype, s0);
+  if (OP == kAdam || OP == kLambPhase1) store(e.state1, e.state_dtype, s1);
   if (OP == kLambPhase1) {
     store(e.update, DSRT_F32, u);
   } else {
-    store(e.master, DSRT_F32, p);
+    store(e.master, e.master_dtype, p);
     if (e.working_dtype >= 0) store(e.working, e.working_dtype, p);
   }
 }
@@ -174,7 +174,12 @@ Status check_common(const char *what, const OptimizerHyper &hyper, const Optimiz
   for (size_t i = 0; i < count; ++i) {
     const OptimizerSlice &s = slices[i];
     if (s.n == 0) continue;
-    if (s.master == nullptr) return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: slice %zu: the fp32 master pointer is NULL", what, i);
+    if ((s.master == nullptr) == (s.master_bf16 == nullptr))
+      return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: slice %zu: give exactly one master pointer (fp32 or bf16); %s", what, i,
+                   s.master ? "both are set" : "both are NULL");
+    if ((s.state0 && s.state0_bf16) || (s.state1 && s.state1_bf16) || (s.state0 && s.state1_bf16) ||
+        (s.state0_bf16 && s.state1))
+      return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: slice %zu: the state arrays must all be fp32 or all be bf16", what, i);
     if (needs_grad && s.grad == nullptr) {
       return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: slice %zu: the gradient pointer is NULL", what, i);
     }
@@ -193,9 +198,10 @@ Status check_common(const char *what, const OptimizerHyper &hyper, const Optimiz
 Status require_states(const char *what, const OptimizerSlice *slices, size_t count, int states) {
   for (size_t i = 0; i < count; ++i) {
     if (slices[i].n == 0) continue;
-    if ((states >= 1 && slices[i].state0 == nullptr) || (states >= 2 && slices[i].state1 == nullptr)) {
-      return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: slice %zu: needs %d fp32 state array%s and %s is NULL", what, i,
-                   states, states > 1 ? "s" : "", slices[i].state0 == nullptr ? "state0" : "state1");
+    const bool has0 = slices[i].state0 || slices[i].state0_bf16, has1 = slices[i].state1 || slices[i].state1_bf16;
+    if ((states >= 1 && !has0) || (states >= 2 && !has1)) {
+      return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: slice %zu: needs %d state array%s and %s is NULL", what, i,
+                   states, states > 1 ? "s" : "", !has0 ? "state0" : "state1");
     }
   }
   return Status::Ok();
@@ -209,10 +215,13 @@ std::vector<TensorEntry> make_entries(const OptimizerSlice *slices, size_t count
     const OptimizerSlice &s = slices[i];
     TensorEntry &e = entries[i];
     e = TensorEntry{};
-    e.master = s.master;
+    e.master = s.master_bf16 ? static_cast<void *>(s.master_bf16) : static_cast<void *>(s.master);
+    e.master_dtype = static_cast<int8_t>(s.master_bf16 ? DSRT_BF16 : DSRT_F32);
     e.grad = s.grad;
-    e.state0 = s.state0;
-    e.state1 = s.state1;
+    const bool bf16_states = s.state0_bf16 || s.state1_bf16;
+    e.state0 = bf16_states ? static_cast<void *>(s.state0_bf16) : static_cast<void *>(s.state0);
+    e.state1 = bf16_states ? static_cast<void *>(s.state1_bf16) : static_cast<void *>(s.state1);
+    e.state_dtype = static_cast<int8_t>(bf16_states ? DSRT_BF16 : DSRT_F32);
     e.working = with_working ? s.working : nullptr;
     e.update = updates ? const_cast<float *>(updates[i]) : nullptr;
     e.n = s.n;

@@ -21,10 +21,10 @@ constexpr int kMaxBlocks = 2048;
 
 // The arrays of one tensor; what each kernel reads or writes depends on the kernel.
 struct TensorEntry {
-  float *master;
+  void *master;       // master_dtype elements
   const void *grad;   // gradient, or the data of a reduction
-  float *state0;
-  float *state1;
+  void *state0;       // state_dtype elements
+  void *state1;
   void *working;
   float *update;
   size_t n;
@@ -33,6 +33,8 @@ struct TensorEntry {
   int8_t grad_dtype;
   int8_t working_dtype;  // -1: no working copy
   uint8_t vector_ok;     // every array 16-byte aligned: 8-element vector accesses
+  int8_t master_dtype;   // fp32, or bf16 (bf16.bf16_master_weights_and_grads)
+  int8_t state_dtype;    // fp32, or bf16 (bf16.bf16_optimizer_states)
 };
 
 struct ChunkList {

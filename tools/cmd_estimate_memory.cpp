@@ -15,6 +15,14 @@
 // by the world size at stage 3; dsrt does not offload them) and, where the host figure is the
 // fp32 copy every process holds while loading the model (no optimizer offload at stages 0-2, and
 // stage 3 without zero_init), 4 bytes each per GPU of the host times the buffer factor.
+//
+// DeepSpeed's lower-memory bf16 mode (--bf16-master-weights: bf16.bf16_master_weights_and_grads;
+// --bf16-optimizer-states: bf16.bf16_optimizer_states) keeps the master in bf16 (2 bytes per
+// trainable parameter less) and the two Adam moments in bf16 (4 bytes less), wherever the
+// formulas above put the master and the states (the partitioned optimizer side, or the host with
+// offload). dsrt keeps the reduced gradient partition in fp32 in this mode too, so the gradient
+// bytes are unchanged. Only the configurations that run are shown: stages 1-3, with CPU optimizer
+// offload unless the states are bf16 too (DeepSpeed's rule), never NVMe (not implemented by dsrt).
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -49,6 +57,19 @@ struct Choice {
   bool zero_init = true;  // stage 3 only: parameters created already partitioned
 };
 
+// The bf16 mode (see the top): bytes per trainable parameter the optimizer side saves.
+struct Bf16Mode {
+  bool master = false;  // bf16.bf16_master_weights_and_grads
+  bool states = false;  // bf16.bf16_optimizer_states
+  double saved() const { return (master ? 2.0 : 0.0) + (states ? 4.0 : 0.0); }
+  // Whether dsrt (and DeepSpeed, but for NVMe) runs the mode with this choice.
+  bool runs(const Choice &c) const {
+    if (!master) return true;
+    if (c.stage == 0 || c.optimizer == Place::kNvme) return false;
+    return states || c.optimizer == Place::kCpu;
+  }
+};
+
 struct Estimate {
   int64_t gpu_bytes = 0;   // per GPU
   int64_t host_bytes = 0;  // per host (node)
@@ -57,14 +78,14 @@ struct Estimate {
 
 // DeepSpeed's estimate_zero2_model_states_mem_needs, also used for stage 1 with CPU offload
 // (DeepSpeed runs stages 1 and 2 through the same optimizer and estimator).
-Estimate zero2(double params, const Hardware &hw, bool cpu_offload) {
+Estimate zero2(double params, const Hardware &hw, bool cpu_offload, double saved) {
   const double total_gpus = double(hw.world_size);
   Estimate e;
   if (cpu_offload) {
     e.gpu_bytes = int64_t(2 * params);
-    e.host_bytes = int64_t(params * std::max(4 * total_gpus, 16.0) * kBufferFactor);
+    e.host_bytes = int64_t(params * std::max(4 * total_gpus, 16.0 - saved) * kBufferFactor);
   } else {
-    e.gpu_bytes = int64_t(4 * params + std::trunc(16 * params / total_gpus));
+    e.gpu_bytes = int64_t(4 * params + std::trunc((16 - saved) * params / total_gpus));
     e.host_bytes = int64_t(params * 4 * double(hw.gpus_per_node) * kBufferFactor);
   }
   return e;
@@ -72,14 +93,14 @@ Estimate zero2(double params, const Hardware &hw, bool cpu_offload) {
 
 // DeepSpeed's estimate_zero3_model_states_mem_needs, with NVMe taking the share of the CPU-offload
 // host bytes that belongs to the state placed on NVMe (2Ψ for parameters, 16Ψ for the optimizer).
-Estimate zero3(double params, double largest_layer, const Hardware &hw, const Choice &c) {
+Estimate zero3(double params, double largest_layer, const Hardware &hw, const Choice &c, double saved) {
   const double total_gpus = double(hw.world_size);
   const double gpus_factor = 1.0 / double(hw.nodes());
   const double largest_layer_memory = 4 * largest_layer;
   const double g = double(hw.gpus_per_node);
   Estimate e;
   if (c.optimizer == Place::kNone) {
-    e.gpu_bytes = int64_t(largest_layer_memory + std::trunc(18 * params / total_gpus));
+    e.gpu_bytes = int64_t(largest_layer_memory + std::trunc((18 - saved) * params / total_gpus));
     e.host_bytes = int64_t(c.zero_init ? largest_layer * 4 * g * kBufferFactor : params * 4 * g * kBufferFactor);
     return e;
   }
@@ -87,7 +108,7 @@ Estimate zero3(double params, double largest_layer, const Hardware &hw, const Ch
   e.gpu_bytes = int64_t(param_offloaded ? largest_layer_memory
                                         : largest_layer_memory + std::trunc(2 * params / total_gpus));
   // Per-parameter bytes DeepSpeed keeps on the host: 16 for the optimizer side, 2 more for params.
-  const double host_factor = (c.optimizer == Place::kCpu ? 16 : 0) + (c.param == Place::kCpu ? 2 : 0);
+  const double host_factor = (c.optimizer == Place::kCpu ? 16 - saved : 0) + (c.param == Place::kCpu ? 2 : 0);
   const double nvme_factor = (c.optimizer == Place::kNvme ? 16 : 0) + (c.param == Place::kNvme ? 2 : 0);
   const double host_share = host_factor * gpus_factor;
   e.host_bytes = int64_t(params * (c.zero_init ? host_share : std::max(4 * g, host_share)) * kBufferFactor);
@@ -95,31 +116,31 @@ Estimate zero3(double params, double largest_layer, const Hardware &hw, const Ch
   return e;
 }
 
-Estimate estimate(double params, double largest_layer, const Hardware &hw, const Choice &c) {
+Estimate estimate(double params, double largest_layer, const Hardware &hw, const Choice &c, double saved) {
   const double w = double(hw.world_size);
   switch (c.stage) {
     case 0: {
       Estimate e;
-      e.gpu_bytes = int64_t(16 * params);
+      e.gpu_bytes = int64_t((16 - saved) * params);
       e.host_bytes = int64_t(params * 4 * double(hw.gpus_per_node) * kBufferFactor);
       return e;
     }
     case 1:
-      if (c.optimizer == Place::kCpu) return zero2(params, hw, true);
+      if (c.optimizer == Place::kCpu) return zero2(params, hw, true, saved);
       {
-        Estimate e = zero2(params, hw, false);
-        e.gpu_bytes = int64_t(4 * params + std::trunc(12 * params / w));
+        Estimate e = zero2(params, hw, false, saved);
+        e.gpu_bytes = int64_t(4 * params + std::trunc((12 - saved) * params / w));
         return e;
       }
-    case 2: return zero2(params, hw, c.optimizer == Place::kCpu);
-    default: return zero3(params, largest_layer, hw, c);
+    case 2: return zero2(params, hw, c.optimizer == Place::kCpu, saved);
+    default: return zero3(params, largest_layer, hw, c, saved);
   }
 }
 
 // The estimate for T trainable parameters plus the frozen ones' working copies (see the top).
 Estimate estimate_with_frozen(double trainable, double frozen, double largest_layer, const Hardware &hw,
-                              const Choice &c) {
-  Estimate e = estimate(trainable, largest_layer, hw, c);
+                              const Choice &c, double saved) {
+  Estimate e = estimate(trainable, largest_layer, hw, c, saved);
   if (frozen <= 0) return e;
   e.gpu_bytes += c.stage == 3 ? int64_t(std::trunc(2 * frozen / double(hw.world_size))) : int64_t(2 * frozen);
   const bool loading_copy = c.optimizer == Place::kNone && (c.stage < 3 || !c.zero_init);
@@ -216,7 +237,8 @@ void print_help() {
   std::printf(
       "usage: dsrt estimate-memory --params N [--trainable-params T] [--world-size W] [--gpus-per-node G] [--stage S]\n"
       "                            [--offload-optimizer none|cpu|nvme] [--offload-param none|cpu|nvme]\n"
-      "                            [--largest-layer-params L] [--gpu-memory SIZE] [--json]\n\n"
+      "                            [--largest-layer-params L] [--gpu-memory SIZE] [--json]\n"
+      "                            [--bf16-master-weights [--bf16-optimizer-states]]\n\n"
       "Memory for the model states (parameters, gradients, optimizer states) of an N-parameter model\n"
       "trained with mixed-precision Adam, per GPU and per host, for each ZeRO stage and offload choice.\n"
       "Activations, the CUDA context and fragmentation are not included.\n\n"
@@ -232,7 +254,12 @@ void print_help() {
       "                           for a transformer usually the embedding, vocab*hidden)\n"
       "  --gpu-memory SIZE        memory of one GPU (80G = 80 GiB, 80GB = 80e9 bytes): prints which\n"
       "                           configurations fit\n"
-      "  --json                   machine-readable output, exact byte counts\n\n"
+      "  --json                   machine-readable output, exact byte counts\n"
+      "  --bf16-master-weights    bf16.bf16_master_weights_and_grads: bf16 masters (2 bytes per\n"
+      "                           trainable parameter less); shows only the configurations that run\n"
+      "                           it (stages 1-3; CPU optimizer offload unless the states are bf16 too)\n"
+      "  --bf16-optimizer-states  bf16.bf16_optimizer_states: bf16 Adam moments (4 bytes less; needs\n"
+      "                           --bf16-master-weights)\n\n"
       "Stages 2 and 3 use DeepSpeed's estimate_zero2/zero3_model_states_mem_needs (additional buffer\n"
       "factor 1.5; host figures are per node; zero_init=1 means parameters are created partitioned).\n"
       "Stages 0 and 1 use the ZeRO paper's model for the GPU (K=12) and DeepSpeed's host rule. NVMe\n"
@@ -256,6 +283,7 @@ int run_estimate_memory(const std::vector<std::string> &args) {
   int64_t stage = -1;
   Hardware hw;
   Place optimizer = Place::kNone, param = Place::kNone;
+  Bf16Mode bf16;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string &a = args[i];
     if (a == "--help" || a == "-h") {
@@ -264,6 +292,14 @@ int run_estimate_memory(const std::vector<std::string> &args) {
     }
     if (a == "--json") {
       json = true;
+      continue;
+    }
+    if (a == "--bf16-master-weights") {
+      bf16.master = true;
+      continue;
+    }
+    if (a == "--bf16-optimizer-states") {
+      bf16.states = true;
       continue;
     }
     std::string key = a, value;
@@ -321,6 +357,15 @@ int run_estimate_memory(const std::vector<std::string> &args) {
     return usage_error("--offload-optimizer needs stage 1, 2 or 3%s", "");
   if (stage == 3 && !have_largest)
     return usage_error("--stage 3 needs --largest-layer-params L (DeepSpeed's estimator needs it too)%s", "");
+  if (bf16.states && !bf16.master)
+    return usage_error("--bf16-optimizer-states needs --bf16-master-weights (as bf16.bf16_optimizer_states needs "
+                       "bf16.bf16_master_weights_and_grads)%s", "");
+  if (bf16.master && stage == 0)
+    return usage_error("--bf16-master-weights needs stage 1, 2 or 3%s", "");
+  if (bf16.master && have_optimizer && optimizer == Place::kNvme)
+    return usage_error("--bf16-master-weights with --offload-optimizer nvme is not implemented by dsrt%s", "");
+  if (bf16.master && !bf16.states && have_optimizer && optimizer == Place::kNone)
+    return usage_error("--bf16-master-weights without --bf16-optimizer-states needs --offload-optimizer cpu%s", "");
 
   std::vector<Choice> rows;
   for (int s = 0; s <= 3; ++s) {
@@ -329,21 +374,23 @@ int run_estimate_memory(const std::vector<std::string> &args) {
     if (have_param && param != Place::kNone && s != 3) continue;
     if (have_optimizer && optimizer == Place::kNvme && s != 3) continue;
     if (have_optimizer && optimizer != Place::kNone && s == 0) continue;
-    for (const Choice &c : choices_for_stage(s, have_optimizer, optimizer, have_param, param)) rows.push_back(c);
+    for (const Choice &c : choices_for_stage(s, have_optimizer, optimizer, have_param, param))
+      if (bf16.runs(c)) rows.push_back(c);
   }
 
   bool any_fits = false;
   std::vector<Estimate> estimates;
   for (const Choice &c : rows) {
-    estimates.push_back(estimate_with_frozen(trainable, params - trainable, largest_layer, hw, c));
+    estimates.push_back(estimate_with_frozen(trainable, params - trainable, largest_layer, hw, c, bf16.saved()));
     if (have_gpu_memory && double(estimates.back().gpu_bytes) <= gpu_memory) any_fits = true;
   }
 
   if (json) {
     std::printf("{\n  \"params\": %.0f,\n  \"trainable_params\": %.0f,\n  \"largest_layer_params\": %.0f,\n  \"world_size\": %lld,\n"
-                "  \"gpus_per_node\": %lld,\n  \"nodes\": %lld,\n  \"additional_buffer_factor\": %.1f,\n",
+                "  \"gpus_per_node\": %lld,\n  \"nodes\": %lld,\n  \"additional_buffer_factor\": %.1f,\n"
+                "  \"bf16_master_weights\": %s,\n  \"bf16_optimizer_states\": %s,\n",
                 params, trainable, largest_layer, (long long)hw.world_size, (long long)hw.gpus_per_node,
-                (long long)hw.nodes(), kBufferFactor);
+                (long long)hw.nodes(), kBufferFactor, bf16.master ? "true" : "false", bf16.states ? "true" : "false");
     if (have_gpu_memory) std::printf("  \"gpu_memory_bytes\": %.0f,\n", gpu_memory);
     std::printf("  \"configurations\": [\n");
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -360,7 +407,8 @@ int run_estimate_memory(const std::vector<std::string> &args) {
     return have_gpu_memory && !any_fits ? kExitFailure : kExitOk;
   }
 
-  std::printf("Model states of a %.3gB-parameter model (mixed-precision Adam)", params / 1e9);
+  std::printf("Model states of a %.3gB-parameter model (mixed-precision Adam%s)", params / 1e9,
+              bf16.states ? ", bf16 masters and moments" : bf16.master ? ", bf16 masters" : "");
   if (trainable < params) std::printf(", %.3gB of them trainable (the rest frozen)", trainable / 1e9);
   if (have_largest) std::printf(", largest layer %.3gM parameters", largest_layer / 1e6);
   std::printf("\non %lld GPU%s: %lld node%s x %lld GPU%s per node.\n\n", (long long)hw.world_size,

@@ -99,6 +99,8 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
   t.fp16.min_loss_scale = num("fp16.min_loss_scale", t.fp16.min_loss_scale);
   t.bf16_enabled = flag("bf16.enabled", false);
   t.bf16_check_grad_overflow = flag("bf16.check_grad_overflow", false);
+  t.bf16_master_weights = flag("bf16.bf16_master_weights_and_grads", false);
+  t.bf16_optimizer_states = flag("bf16.bf16_optimizer_states", false);
 
   OptimizerConfig &o = t.optimizer;
   o.present = c.has_optimizer();

@@ -168,10 +168,11 @@ std::vector<KeySpec> build_schema_keys() {
   k.push_back(with(B("bf16.immediate_grad_update", false), Support::Ignored,
                    "dsrt accumulates bf16 gradients in its own buffers"));
   k.push_back(noted(B("bf16.check_grad_overflow", true), "true: skip the step when a gradient is inf or nan"));
-  k.push_back(with(B("bf16.bf16_master_weights_and_grads", false), Support::Unsupported,
-                   "bf16 master weights are not implemented (dsrt keeps fp32 masters); set it to false"));
-  k.push_back(with(B("bf16.bf16_optimizer_states", false), Support::Unsupported,
-                   "bf16 optimizer states are not implemented (dsrt keeps them in fp32); set it to false"));
+  k.push_back(noted(B("bf16.bf16_master_weights_and_grads", false),
+                    "true: master weights in bf16, no fp32 copy (ZeRO stage 1-3; without "
+                    "bf16_optimizer_states it needs offload_optimizer and Adam/AdamW)"));
+  k.push_back(noted(B("bf16.bf16_optimizer_states", false),
+                    "true: optimizer states in bf16 (needs bf16_master_weights_and_grads)"));
 
   // --- zero_optimization
   const std::string z = "zero_optimization.";

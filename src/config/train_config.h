@@ -144,6 +144,11 @@ struct TrainConfig {
   // DeepSpeed skips a bf16 step with inf/nan gradients only when this is true; dsrt skips such a
   // step in every precision (a non-finite update would destroy the masters), so it is recorded only.
   bool bf16_check_grad_overflow = false;
+  // bf16.bf16_master_weights_and_grads: the master weights are kept in bf16 (no fp32 copy);
+  // bf16.bf16_optimizer_states: so are the optimizer states. DeepSpeed's lower-memory bf16 mode:
+  // the update is computed in fp32 and each stored value rounded to the nearest bf16.
+  bool bf16_master_weights = false;
+  bool bf16_optimizer_states = false;
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
   ZeroConfig zero;

@@ -9,6 +9,7 @@
 #include "comm/comm_checks.h"
 #include "comm/device_comm.h"
 #include "comm/staged/staged_comm.h"
+#include "config/bf16_master_rules.h"
 #include "device/device_select.h"
 #include "optim/cpu_optimizer.h"
 #include "util/half.h"
@@ -111,10 +112,13 @@ Status Engine::create(const TrainConfig &config, std::shared_ptr<Comm> comm, std
   }
   if (config.zero.offload_param.device != OffloadDevice::None && config.zero.stage != 3)
     return Error(DSRT_ERR_CONFIG, "zero_optimization.offload_param needs stage 3 (stage is %d)", config.zero.stage);
+  DSRT_RETURN_IF_ERROR(check_bf16_master_rules(config));
 
   std::unique_ptr<Engine> engine(new Engine());
   engine->config_ = config;
   engine->config_.world_size = comm->size();
+  engine->master_dtype_ = config.bf16_master_weights ? DSRT_BF16 : DSRT_F32;
+  engine->state_dtype_ = config.bf16_optimizer_states ? DSRT_BF16 : DSRT_F32;
   DeviceChoice choice;
   DSRT_RETURN_IF_ERROR(device_select_spec(device_spec, device_origin, device_local_rank(comm->rank()), &engine->device_,
                                           &choice)
@@ -279,23 +283,22 @@ Status Engine::allocate_states() {
   // the CPU optimizer and host-side reads touch them, so they are page-locked only when
   // offload_optimizer.pin_memory asks (DeepSpeed's meaning). The transfer staging below is always pinned.
   const bool on_host = host_optimizer();
-  auto allocate_state = [&](DeviceBuffer *out, const char *what) {
-    const Status s = on_host ? allocate_offloaded(part * sizeof(float), config_.zero.offload_optimizer, out)
-                             : device_->allocate(part * sizeof(float), out);
+  auto allocate_state = [&](DeviceBuffer *out, dsrt_dtype dtype, const char *what) {
+    const size_t bytes = part * dtype_size(dtype);
+    const Status s = on_host ? allocate_offloaded(bytes, config_.zero.offload_optimizer, out)
+                             : device_->allocate(bytes, out);
     return s.with_context(what);
   };
-  if (!on_nvme) DSRT_RETURN_IF_ERROR(allocate_state(&master_, "allocating fp32 master weights"));
+  if (!on_nvme)
+    DSRT_RETURN_IF_ERROR(allocate_state(&master_, master_dtype_,
+                                        master_dtype_ == DSRT_F32 ? "allocating fp32 master weights"
+                                                                  : "allocating bf16 master weights"));
   for (int i = 0; i < num_states_ && !on_nvme; ++i) {
-    DSRT_RETURN_IF_ERROR(allocate_state(&states_[i], "allocating optimizer states"));
+    DSRT_RETURN_IF_ERROR(allocate_state(&states_[i], state_dtype_, "allocating optimizer states"));
     const float value = optimizer_state_initial_value(config_.optimizer, i);
     if (value == 0.0f) continue;
-    if (on_host) {
-      std::fill(states_[i].as<float>(), states_[i].as<float>() + part, value);
-    } else {
-      const std::vector<float> filled(part, value);
-      DSRT_RETURN_IF_ERROR(device_->copy(states_[i].data(), filled.data(), part * sizeof(float), nullptr));
-      DSRT_RETURN_IF_ERROR(device_->synchronize(nullptr));
-    }
+    const std::vector<float> filled(part, value);
+    DSRT_RETURN_IF_ERROR(copy_state(i, 0, part, const_cast<float *>(filled.data()), true));
   }
   if (stages_through_host()) {
     DSRT_RETURN_IF_ERROR(device_->allocate_pinned(part * sizeof(float), &host_grads_)
@@ -336,15 +339,13 @@ Status Engine::build_impl() {
   if (config_.zero.offload_optimizer.device == OffloadDevice::Nvme) {
     DSRT_RETURN_IF_ERROR(nvme_build(part_.owned_segments(rank())));
   } else {
-    // The masters may be device memory: copy through the device.
-    float *master = master_.as<float>();
+    // The masters may be device memory (and bf16): copy_state converts and copies through the device.
     for (const OwnedSegment &seg : part_.owned_segments(rank())) {
       const TensorInfo &info = tensors_[seg.tensor];
       if (!info.init.empty())
-        DSRT_RETURN_IF_ERROR(device_->copy(master + seg.part_offset, info.init.data() + seg.tensor_begin,
-                                           static_cast<size_t>(seg.count) * sizeof(float), nullptr));
+        DSRT_RETURN_IF_ERROR(copy_state(-1, static_cast<size_t>(seg.part_offset), static_cast<size_t>(seg.count),
+                                        const_cast<float *>(info.init.data() + seg.tensor_begin), true));
     }
-    DSRT_RETURN_IF_ERROR(device_->synchronize(nullptr));
   }
   if (part_.flat()) {
     // Every rank holds the whole working copy; fill it locally instead of gathering.
@@ -527,9 +528,36 @@ Status Engine::read_partition_state(int state, size_t offset, size_t count, floa
   DSRT_RETURN_IF_ERROR(check_partition_range("read_partition_state", state, offset, count, out));
   if (count == 0) return Status::Ok();
   if (nvme_) return nvme_range(state, offset, count, out, false);
-  const float *base = state < 0 ? master_.as<float>() : states_[state].as<float>();
-  DSRT_RETURN_IF_ERROR(device_->copy(out, base + offset, count * sizeof(float), nullptr));
-  return device_->synchronize(nullptr);
+  return copy_state(state, offset, count, out, false);
+}
+
+Status Engine::copy_state(int state, size_t offset, size_t count, float *host, bool write) {
+  if (count == 0) return Status::Ok();
+  const dsrt_dtype dtype = state < 0 ? master_dtype_ : state_dtype_;
+  const size_t esize = dtype_size(dtype);
+  char *base = static_cast<char *>(state < 0 ? master_.data() : states_[state].data()) + offset * esize;
+  if (dtype == DSRT_F32) {
+    DSRT_RETURN_IF_ERROR(write ? device_->copy(base, host, count * sizeof(float), nullptr)
+                               : device_->copy(host, base, count * sizeof(float), nullptr));
+    return device_->synchronize(nullptr);
+  }
+  // bf16 storage: fp32 values are rounded to the nearest bf16 on the way in (exact when they came
+  // from bf16), widened exactly on the way out.
+  if (device_->type() == DSRT_DEVICE_CPU || states_resident_on_host()) {
+    if (write) cpu_convert(host, DSRT_F32, base, dtype, count);
+    else cpu_convert(base, dtype, host, DSRT_F32, count);
+    return Status::Ok();
+  }
+  std::vector<uint16_t> staged(count);
+  if (write) {
+    cpu_convert(host, DSRT_F32, staged.data(), dtype, count);
+    DSRT_RETURN_IF_ERROR(device_->copy(base, staged.data(), count * esize, nullptr));
+    return device_->synchronize(nullptr);
+  }
+  DSRT_RETURN_IF_ERROR(device_->copy(staged.data(), base, count * esize, nullptr));
+  DSRT_RETURN_IF_ERROR(device_->synchronize(nullptr));
+  cpu_convert(staged.data(), dtype, host, DSRT_F32, count);
+  return Status::Ok();
 }
 
 Status Engine::write_partition_state(int state, size_t offset, size_t count, const float *src) {
@@ -538,9 +566,7 @@ Status Engine::write_partition_state(int state, size_t offset, size_t count, con
   DSRT_RETURN_IF_ERROR(check_partition_range("write_partition_state", state, offset, count, src));
   if (count == 0) return Status::Ok();
   if (nvme_) return nvme_range(state, offset, count, const_cast<float *>(src), true);
-  float *base = state < 0 ? master_.as<float>() : states_[state].as<float>();
-  DSRT_RETURN_IF_ERROR(device_->copy(base + offset, src, count * sizeof(float), nullptr));
-  return device_->synchronize(nullptr);
+  return copy_state(state, offset, count, const_cast<float *>(src), true);
 }
 
 Status Engine::write_fp32(size_t t, const float *src, uint64_t count) {
@@ -585,10 +611,11 @@ Status Engine::refresh_working_copies_impl() {
   const size_t wsize = dtype_size(working_dtype());
   char *working = static_cast<char *>(working_.data());
   const int64_t base = working_partition_base();
+  const int64_t master_elem = static_cast<int64_t>(dtype_size(master_dtype_));
   if (host_optimizer()) {
     // Host masters: convert into the host staging and copy it up, as the step does.
     for (const OwnedSegment &seg : part_.owned_segments(rank()))
-      DSRT_RETURN_IF_ERROR(host_backend_->convert(master_.as<float>() + seg.part_offset, DSRT_F32,
+      DSRT_RETURN_IF_ERROR(host_backend_->convert(master_.as<char>() + seg.part_offset * master_elem, master_dtype_,
                                                   host_working_.as<char>() + seg.part_offset * static_cast<int64_t>(wsize),
                                                   working_dtype(), static_cast<size_t>(seg.count)));
     DSRT_RETURN_IF_ERROR(upload_working_partition());
@@ -603,7 +630,7 @@ Status Engine::refresh_working_copies_impl() {
       DSRT_RETURN_IF_ERROR(write_working_from_host(staged.data(), staged.size(), at));
       continue;
     }
-    DSRT_RETURN_IF_ERROR(backend_->convert(master_.as<float>() + seg.part_offset, DSRT_F32,
+    DSRT_RETURN_IF_ERROR(backend_->convert(master_.as<char>() + seg.part_offset * master_elem, master_dtype_,
                                            working + at * static_cast<int64_t>(wsize), working_dtype(),
                                            static_cast<size_t>(seg.count)));
   }

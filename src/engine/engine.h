@@ -5,6 +5,7 @@
 //                             owned_segments(rank()) lists this rank's pieces and where they sit
 //                             (part_offset) in the partition buffers below.
 //   master_partition()        this rank's fp32 master weights, partitioning().partition_elems() long
+//                             (nullptr when they are kept in bf16: master_dtype())
 //   optimizer_state(i)        state array i < num_optimizer_states() (Adam: 0 = m, 1 = v), same layout
 //                             Both are nullptr when the optimizer is offloaded to NVMe
 //                             (nvme_offload()) or the states are in GPU memory; use
@@ -166,9 +167,19 @@ class Engine {
   int rank() const { return comm_->rank(); }
   int world_size() const { return comm_->size(); }
   const Partitioning &partitioning() const { return part_; }
-  float *master_partition() const { return states_resident_on_host() ? master_.as<float>() : nullptr; }
+  // nullptr also when the array is kept in bf16 (bf16_master_weights_and_grads /
+  // bf16_optimizer_states): read_partition_state / write_partition_state convert to and from fp32.
+  float *master_partition() const {
+    return states_resident_on_host() && master_dtype_ == DSRT_F32 ? master_.as<float>() : nullptr;
+  }
   int num_optimizer_states() const { return num_states_; }
-  float *optimizer_state(int i) const { return states_resident_on_host() ? states_[i].as<float>() : nullptr; }
+  float *optimizer_state(int i) const {
+    return states_resident_on_host() && state_dtype_ == DSRT_F32 ? states_[i].as<float>() : nullptr;
+  }
+  // The storage dtype of the masters / optimizer states: fp32, or bf16 in DeepSpeed's lower-memory
+  // bf16 mode (config bf16.bf16_master_weights_and_grads / bf16.bf16_optimizer_states).
+  dsrt_dtype master_dtype() const { return master_dtype_; }
+  dsrt_dtype state_dtype() const { return state_dtype_; }
   Status read_partition_state(int state, size_t offset, size_t count, float *out);
   Status write_partition_state(int state, size_t offset, size_t count, const float *src);
   bool nvme_offload() const { return nvme_ != nullptr; }
@@ -341,8 +352,13 @@ class Engine {
   bool built_ = false;
 
   Partitioning part_;
-  DeviceBuffer master_;
-  DeviceBuffer states_[2];
+  DeviceBuffer master_;     // master_dtype_ elements
+  DeviceBuffer states_[2];  // state_dtype_ elements
+  dsrt_dtype master_dtype_ = DSRT_F32;
+  dsrt_dtype state_dtype_ = DSRT_F32;
+  // [offset, +count) of the master (state -1) or state i, in its storage dtype, to or from fp32
+  // host values (read_partition_state / write_partition_state without the checks).
+  Status copy_state(int state, size_t offset, size_t count, float *host, bool write);
   int num_states_ = 0;
   DeviceBuffer working_;
   DeviceBuffer lamb_update_;

@@ -123,16 +123,20 @@ Status Engine::optimizer_update(float grad_scale) {
   // staging (partition coordinates), copied to the device afterwards.
   const bool on_host = host_optimizer();
   const int64_t working_base = on_host ? 0 : working_partition_base();
-  float *master = master_.as<float>();
   const float *grads = step_grads();
   char *working = on_host ? host_working_.as<char>() : static_cast<char *>(working_.data());
+  const bool bf16_master = master_dtype_ == DSRT_BF16, bf16_states = state_dtype_ == DSRT_BF16;
   auto slice_of = [&](const OwnedSegment &seg) {
     OptimizerSlice s;
-    s.master = master + seg.part_offset;
+    // bf16.bf16_master_weights_and_grads / bf16_optimizer_states: bf16 storage (cpu_optimizer.h).
+    if (bf16_master) s.master_bf16 = master_.as<uint16_t>() + seg.part_offset;
+    else s.master = master_.as<float>() + seg.part_offset;
     s.grad = grads + seg.part_offset;
     s.grad_dtype = DSRT_F32;
-    s.state0 = num_states_ > 0 ? states_[0].as<float>() + seg.part_offset : nullptr;
-    s.state1 = num_states_ > 1 ? states_[1].as<float>() + seg.part_offset : nullptr;
+    for (int i = 0; i < num_states_; ++i) {
+      if (bf16_states) (i == 0 ? s.state0_bf16 : s.state1_bf16) = states_[i].as<uint16_t>() + seg.part_offset;
+      else (i == 0 ? s.state0 : s.state1) = states_[i].as<float>() + seg.part_offset;
+    }
     s.working = working + (working_base + seg.part_offset) * wsize;
     s.working_dtype = wdt;
     s.n = static_cast<size_t>(seg.count);

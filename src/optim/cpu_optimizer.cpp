@@ -73,7 +73,11 @@ bool valid_dtype(dsrt_dtype dtype) { return dtype == DSRT_F32 || dtype == DSRT_F
 // Checks shared by every step entry point; fills the pointer and dtype part of args.
 Status check_slice(const char *what, const OptimizerHyper &hyper, const OptimizerSlice &slice, bool needs_grad,
                    StepArgs *args) {
-  if (slice.master == nullptr) return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: the fp32 master pointer is NULL", what);
+  if ((slice.master == nullptr) == (slice.master_bf16 == nullptr))
+    return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: give exactly one master pointer (fp32 master or master_bf16); %s", what,
+                 slice.master ? "both are set" : "both are NULL");
+  if ((slice.state0 && slice.state0_bf16) || (slice.state1 && slice.state1_bf16))
+    return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: a state array is given both in fp32 and in bf16; give one", what);
   if (needs_grad && slice.grad == nullptr) {
     return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: the gradient pointer is NULL", what);
   }
@@ -102,10 +106,11 @@ Status check_slice(const char *what, const OptimizerHyper &hyper, const Optimize
 }
 
 Status require_states(const OptimizerHyper &hyper, const OptimizerSlice &slice, int count) {
-  if ((count >= 1 && slice.state0 == nullptr) || (count >= 2 && slice.state1 == nullptr)) {
-    return Error(DSRT_ERR_INVALID_ARGUMENT, "%s needs %d fp32 state array%s (state0%s) and %s is NULL",
+  const bool has0 = slice.state0 || slice.state0_bf16, has1 = slice.state1 || slice.state1_bf16;
+  if ((count >= 1 && !has0) || (count >= 2 && !has1)) {
+    return Error(DSRT_ERR_INVALID_ARGUMENT, "%s needs %d state array%s (state0%s) and %s is NULL",
                  type_name(hyper.type), count, count > 1 ? "s" : "", count > 1 ? ", state1" : "",
-                 slice.state0 == nullptr ? "state0" : "state1");
+                 !has0 ? "state0" : "state1");
   }
   return Status::Ok();
 }
@@ -118,13 +123,66 @@ Status check_grad_scale(const char *what, float grad_scale) {
   return Status::Ok();
 }
 
+// The bf16-stored arrays of one slice (OptimizerSlice's master_bf16 / state0_bf16 / state1_bf16).
+struct Bf16Storage {
+  uint16_t *master = nullptr, *state0 = nullptr, *state1 = nullptr;
+  bool any() const { return master || state0 || state1; }
+};
+
+Bf16Storage bf16_storage(const OptimizerSlice &slice, bool with_states) {
+  Bf16Storage b;
+  b.master = slice.master_bf16;
+  if (with_states) {
+    b.state0 = slice.state0_bf16;
+    b.state1 = slice.state1_bf16;
+  }
+  return b;
+}
+
+// [begin, end) of a slice whose master or states are bf16: block by block, the bf16 arrays are
+// widened into fp32 stack buffers, the fp32 kernel runs on them (the other arrays at their own
+// addresses), and the results are rounded back to bf16 (nearest, ties to even). The working copy
+// the kernel writes is cast from the same fp32 value, so it equals the rounded master.
+void run_piece_bf16(StepFn fn, const StepArgs &args, const Bf16Storage &st, size_t begin, size_t end, double *sums) {
+  constexpr size_t kBlock = 256;
+  alignas(64) float p[kBlock], s0[kBlock], s1[kBlock];
+  const KernelTable &k = optim_kernels::active_kernels();
+  const size_t grad_size = args.grad_dtype == DSRT_F32 ? 4 : 2;
+  const size_t work_size = args.working_kind == DSRT_F32 ? 4 : 2;
+  for (size_t b = begin; b < end; b += kBlock) {
+    const size_t len = end - b < kBlock ? end - b : kBlock;
+    StepArgs a = args;
+    auto widen = [&](uint16_t *src, float *buf, float *fp32_base) -> float * {
+      if (src == nullptr) return fp32_base ? fp32_base + b : nullptr;
+      k.convert(src + b, DSRT_BF16, buf, DSRT_F32, 0, len);
+      return buf;
+    };
+    a.master = widen(st.master, p, args.master);
+    a.state0 = widen(st.state0, s0, args.state0);
+    a.state1 = widen(st.state1, s1, args.state1);
+    if (args.grad) a.grad = static_cast<const char *>(args.grad) + b * grad_size;
+    if (args.working) a.working = static_cast<char *>(args.working) + b * work_size;
+    if (args.update_out) a.update_out = args.update_out + b;
+    if (args.update_in) a.update_in = args.update_in + b;
+    fn(a, 0, len, sums);
+    if (st.master) k.convert(p, DSRT_F32, st.master + b, DSRT_BF16, 0, len);
+    if (st.state0) k.convert(s0, DSRT_F32, st.state0 + b, DSRT_BF16, 0, len);
+    if (st.state1) k.convert(s1, DSRT_F32, st.state1 + b, DSRT_BF16, 0, len);
+  }
+}
+
 // Runs fn over every slice in one batch; sums (2 per slice, or null) receive Lamb's partial sums
-// added in piece order, so the result does not depend on which thread ran what.
-void run_batch(StepFn fn, const std::vector<StepArgs> &args, const std::vector<size_t> &sizes, double *sums) {
+// added in piece order, so the result does not depend on which thread ran what. storage (or null):
+// per slice, its bf16-stored arrays.
+void run_batch(StepFn fn, const std::vector<StepArgs> &args, const std::vector<size_t> &sizes, double *sums,
+               const std::vector<Bf16Storage> *storage = nullptr) {
   const optim_kernels::BatchPlan plan = optim_kernels::plan_batch(sizes);
   std::vector<double> partial(plan.pieces.size() * 2, 0.0);
   optim_kernels::for_each_piece(plan, [&](const optim_kernels::Piece &piece, size_t index) {
-    fn(args[piece.slice], piece.begin, piece.end, &partial[index * 2]);
+    if (storage && (*storage)[piece.slice].any())
+      run_piece_bf16(fn, args[piece.slice], (*storage)[piece.slice], piece.begin, piece.end, &partial[index * 2]);
+    else
+      fn(args[piece.slice], piece.begin, piece.end, &partial[index * 2]);
   });
   if (sums) {
     for (size_t i = 0; i < plan.pieces.size(); ++i) {
@@ -245,6 +303,7 @@ Status cpu_optimizer_step_many(const OptimizerHyper &hyper, const OptimizerSlice
   DSRT_RETURN_IF_ERROR(check_batch(type_name(hyper.type), slices, count));
   std::vector<StepArgs> args;
   std::vector<size_t> sizes;
+  std::vector<Bf16Storage> storage;
   StepFn fn = nullptr;
   for (size_t i = 0; i < count; ++i) {
     if (slices[i].n == 0) continue;
@@ -252,8 +311,9 @@ Status cpu_optimizer_step_many(const OptimizerHyper &hyper, const OptimizerSlice
     DSRT_RETURN_IF_ERROR(in_slice(i, count, prepare_step(hyper, slices[i], grad_scale, &a, &fn)));
     args.push_back(a);
     sizes.push_back(slices[i].n);
+    storage.push_back(bf16_storage(slices[i], true));
   }
-  if (!args.empty()) run_batch(fn, args, sizes, nullptr);
+  if (!args.empty()) run_batch(fn, args, sizes, nullptr, &storage);
   return Status::Ok();
 }
 
@@ -270,6 +330,7 @@ Status cpu_lamb_phase1_many(const OptimizerHyper &hyper, const OptimizerSlice *s
   }
   std::vector<StepArgs> args;
   std::vector<size_t> sizes, index;
+  std::vector<Bf16Storage> storage;
   for (size_t i = 0; i < count; ++i) {
     if (slices[i].n == 0) continue;
     StepArgs a;
@@ -277,10 +338,12 @@ Status cpu_lamb_phase1_many(const OptimizerHyper &hyper, const OptimizerSlice *s
     args.push_back(a);
     sizes.push_back(slices[i].n);
     index.push_back(i);
+    // Phase 1 reads the master without changing it: its bf16 round trip is exact.
+    storage.push_back(bf16_storage(slices[i], true));
   }
   if (args.empty()) return Status::Ok();
   std::vector<double> sums(args.size() * 2, 0.0);
-  run_batch(optim_kernels::active_kernels().lamb_phase1, args, sizes, sums.data());
+  run_batch(optim_kernels::active_kernels().lamb_phase1, args, sizes, sums.data(), &storage);
   for (size_t k = 0; k < index.size(); ++k) {
     param_sq[index[k]] += sums[k * 2];
     update_sq[index[k]] += sums[k * 2 + 1];
@@ -301,6 +364,7 @@ Status cpu_lamb_phase2_many(const OptimizerHyper &hyper, const OptimizerSlice *s
   }
   std::vector<StepArgs> args;
   std::vector<size_t> sizes;
+  std::vector<Bf16Storage> storage;
   for (size_t i = 0; i < count; ++i) {
     if (slices[i].n == 0) continue;
     StepArgs a;
@@ -308,8 +372,9 @@ Status cpu_lamb_phase2_many(const OptimizerHyper &hyper, const OptimizerSlice *s
         in_slice(i, count, prepare_lamb2(hyper, slices[i], updates[i], param_norms[i], update_norms[i], &a)));
     args.push_back(a);
     sizes.push_back(slices[i].n);
+    storage.push_back(bf16_storage(slices[i], false));  // phase 2 reads only the master and the update
   }
-  if (!args.empty()) run_batch(optim_kernels::active_kernels().lamb_phase2, args, sizes, nullptr);
+  if (!args.empty()) run_batch(optim_kernels::active_kernels().lamb_phase2, args, sizes, nullptr, &storage);
   return Status::Ok();
 }
 

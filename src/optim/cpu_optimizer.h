@@ -50,6 +50,13 @@ struct OptimizerSlice {
   void *working = nullptr;          // optional: written with cast(master) after the update
   dsrt_dtype working_dtype = DSRT_F32;
   size_t n = 0;
+  // bf16 storage (DeepSpeed's bf16.bf16_master_weights_and_grads / bf16_optimizer_states): when
+  // set, the array is kept in bf16 instead of the fp32 pointer above (which must then be NULL).
+  // The arithmetic is the fp32 kernel's, on values widened from bf16; each result is rounded to
+  // the nearest bf16 (ties to even) when stored, as DeepSpeed's CPU Adam and FusedAdam store it.
+  uint16_t *master_bf16 = nullptr;
+  uint16_t *state0_bf16 = nullptr;
+  uint16_t *state1_bf16 = nullptr;
 };
 
 // Adam/AdamW, SGD, Adagrad and Lion in one pass. Lamb needs whole-tensor norms: use the two
