@@ -104,6 +104,21 @@ def case_list():
         aio={"block_size": 262144, "queue_depth": 8, "single_submit": False, "overlap_events": True}), STEPS, 1))
     cases.append(("bf16-stage3-offload-both", base(3, optimizer=cpu_adam, bf16={"enabled": True}, zero_optimization={
         "stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}), STEPS, 1))
+    # DeepSpeed's lower-memory bf16 mode: bf16 masters (CPU Adam with fp32 moments needs ZeRO-Offload),
+    # and bf16 moments too (on ZeRO-Offload's CPU Adam, or on the device's optimizer).
+    low = lambda states: {"enabled": True, "bf16_master_weights_and_grads": True, "bf16_optimizer_states": states}
+    cases.append(("bf16-stage2-offload-bf16-master", base(2, optimizer=cpu_adam, bf16=low(False), zero_optimization={
+        "stage": 2, "offload_optimizer": {"device": "cpu"}}), STEPS, 1))
+    cases.append(("bf16-stage2-offload-bf16-master-states", base(2, optimizer=cpu_adam, bf16=low(True),
+                                                                 zero_optimization={
+        "stage": 2, "offload_optimizer": {"device": "cpu"}}), STEPS, 1))
+    cases.append(("bf16-stage3-offload-bf16-master-states", base(3, optimizer=cpu_adam, bf16=low(True),
+                                                                 zero_optimization={
+        "stage": 3, "offload_optimizer": {"device": "cpu"}}), STEPS, 1))
+    cases.append(("bf16-stage1-bf16-master-states", base(1, bf16=low(True)), STEPS, 1))
+    cases.append(("bf16-stage2-offload-bf16-master-states-2ranks", base(2, gas=2, optimizer=cpu_adam, bf16=low(True),
+                                                                        zero_optimization={
+        "stage": 2, "offload_optimizer": {"device": "cpu"}}), STEPS, 2))
     # Two ranks (torchrun-style gloo processes for DeepSpeed, mpirun for dsrt).
     for stage in (0, 1, 2, 3):
         cases.append(("fp32-stage%d-gas2-2ranks" % stage, base(stage, gas=2), STEPS, 2))

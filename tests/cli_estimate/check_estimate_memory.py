@@ -196,6 +196,35 @@ for args, needle in [((), "--params N is required"), (("--params", "abc"), "--pa
     rc, out, err = run(*args)
     check(rc == 2 and needle in err, f"{args}: rc={rc} (want 2), stderr={err!r} (want {needle!r})")
 
+# The lower-memory bf16 mode: DeepSpeed's formulas with 2 bytes per parameter less for bf16 masters
+# (6 with bf16 optimizer states too) on the optimizer side; only the configurations that run it.
+P, W = 10**9, 4
+for flags, saved in ((("--bf16-master-weights",), 2), (("--bf16-master-weights", "--bf16-optimizer-states"), 6)):
+    rc, out, err = run("--json", "--params", "1B", "--world-size", str(W), "--largest-layer-params", "100M", *flags)
+    check(rc == 0, f"{flags}: rc={rc} {err}")
+    rows = json.loads(out)["configurations"] if rc == 0 else []
+    check(all(r["stage"] > 0 and r["offload_optimizer"] != "nvme" for r in rows), f"{flags}: stage 0 or nvme shown")
+    check(any(r["offload_optimizer"] == "none" for r in rows) == (saved == 6), f"{flags}: rows without offload")
+    for r in rows:
+        s, opt = r["stage"], r["offload_optimizer"]
+        if s in (1, 2) and opt == "cpu":
+            want_host = int(P * max(4 * W, 16 - saved) * 1.5)
+            check(r["host_bytes"] == want_host, f"{flags} stage {s} cpu: host {r['host_bytes']} want {want_host}")
+        elif s == 1:
+            check(r["gpu_bytes"] == 4 * P + int((12 - saved) * P / W), f"{flags} stage 1: {r}")
+        elif s == 2:
+            check(r["gpu_bytes"] == 4 * P + int((16 - saved) * P / W), f"{flags} stage 2: {r}")
+        elif s == 3 and opt == "none":
+            check(r["gpu_bytes"] == 4 * 10**8 + int((18 - saved) * P / W), f"{flags} stage 3: {r}")
+        elif s == 3 and r["offload_param"] == "cpu" and r["zero_init"]:
+            check(r["host_bytes"] == int(P * (16 - saved + 2) * 1.5), f"{flags} stage 3 cpu: {r}")
+for args, needle in ((("--params", "1B", "--bf16-optimizer-states"), "--bf16-master-weights"),
+                     (("--params", "1B", "--stage", "0", "--bf16-master-weights"), "stage 1, 2 or 3"),
+                     (("--params", "1B", "--stage", "3", "--largest-layer-params", "1M", "--offload-optimizer", "nvme",
+                       "--bf16-master-weights"), "nvme")):
+    rc, out, err = run(*args)
+    check(rc == 2 and needle in err, f"{args}: rc={rc} (want 2), stderr={err!r} (want {needle!r})")
+
 rc, out, _ = run("--help")
 check(rc == 0 and "usage: dsrt estimate-memory" in out and "exit codes" in out, "--help")
 

@@ -393,7 +393,6 @@ TEST(Config, UnimplementedFeaturesAreRefusedNotDropped) {
       R"({"amp": {"enabled": true, "opt_level": "O1"}})",
       R"({"aio": {"use_gds": true}})",
       R"({"fp16": {"enabled": true, "fp16_master_weights_and_grads": true}})",
-      R"({"bf16": {"enabled": true, "bf16_master_weights_and_grads": true}})",
       R"({"zero_optimization": {"stage": 3, "zenflow": {"topk_ratio": 0.1}}})",
       R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "super_offload": true}}})",
   };

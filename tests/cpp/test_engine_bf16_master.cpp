@@ -15,6 +15,7 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/file_io.h"
 #include "config/bf16_master_rules.h"
+#include "config/config.h"
 #include "optim/cpu_optimizer.h"
 
 namespace dsrt {
@@ -26,6 +27,24 @@ TEST(EngineBf16Master, MatchesFloat64ReferenceAtEveryStage) {
   for (const Bf16MasterCase &c : bf16_master_cases()) {
     SCOPED_TRACE(Format("stage %d, bf16 states %d, offload %d", c.stage, c.bf16_states, static_cast<int>(c.offload)));
     run_bf16_master_case(c, local_comm());
+  }
+}
+
+// The keys are read from a DeepSpeed config (and the old section name "bfloat16"), not refused.
+TEST(EngineBf16Master, ConfigKeysAreRead) {
+  for (const char *section : {"bf16", "bfloat16"}) {
+    const std::string json = Format(R"({"%s": {"enabled": true, "bf16_master_weights_and_grads": true,
+        "bf16_optimizer_states": true}, "zero_optimization": {"stage": 2}})", section);
+    std::unique_ptr<Config> config;
+    Status s = Config::parse(json, "test", &config);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_TRUE(config->unsupported().empty());
+    TrainConfig t;
+    s = config->resolve(1, &t);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_TRUE(t.bf16_master_weights);
+    EXPECT_TRUE(t.bf16_optimizer_states);
+    EXPECT_TRUE(check_bf16_master_rules(t).ok());
   }
 }
 
