@@ -25,6 +25,7 @@ struct Bf16MasterCase {
   int stage;
   bool bf16_states;        // bf16.bf16_optimizer_states
   OffloadDevice offload;   // offload_optimizer.device
+  OffloadDevice param = OffloadDevice::None;  // offload_param.device (stage 3)
 };
 
 inline const std::vector<std::vector<int64_t>> &bf16_shapes() {
@@ -38,6 +39,7 @@ inline TrainConfig bf16_master_config(const Bf16MasterCase &c) {
   config.bf16_master_weights = true;
   config.bf16_optimizer_states = c.bf16_states;
   config.zero.offload_optimizer.device = c.offload;
+  config.zero.offload_param.device = c.param;
   config.gradient_clipping = 0.0;  // the recomputation below has no clipping
   // Gradients reduced in fp32: the mean of the ranks' bf16 gradients is then exact, so the
   // reference sees exactly the gradient the optimizer sees.
@@ -193,6 +195,7 @@ inline std::vector<Bf16MasterCase> bf16_master_cases() {
   }
   cases.push_back({2, true, OffloadDevice::Cpu});  // ZeRO-Offload, CPU Adam with bf16 moments
   cases.push_back({3, true, OffloadDevice::Cpu});
+  cases.push_back({3, true, OffloadDevice::Cpu, OffloadDevice::Cpu});  // and the parameters offloaded
   return cases;
 }
 
