@@ -20,9 +20,9 @@
 // --bf16-optimizer-states: bf16.bf16_optimizer_states) keeps the master in bf16 (2 bytes per
 // trainable parameter less) and the two Adam moments in bf16 (4 bytes less), wherever the
 // formulas above put the master and the states (the partitioned optimizer side, or the host with
-// offload). dsrt keeps the reduced gradient partition in fp32 in this mode too, so the gradient
-// bytes are unchanged. Only the configurations that run are shown: stages 1-3, with CPU optimizer
-// offload unless the states are bf16 too (DeepSpeed's rule), never NVMe (not implemented by dsrt).
+// offload, or NVMe). dsrt keeps the reduced gradient partition in fp32 in this mode too, so the
+// gradient bytes are unchanged. Only the configurations that run are shown: stages 1-3, with
+// optimizer offload unless the states are bf16 too (DeepSpeed's rule).
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -62,11 +62,11 @@ struct Bf16Mode {
   bool master = false;  // bf16.bf16_master_weights_and_grads
   bool states = false;  // bf16.bf16_optimizer_states
   double saved() const { return (master ? 2.0 : 0.0) + (states ? 4.0 : 0.0); }
-  // Whether dsrt (and DeepSpeed, but for NVMe) runs the mode with this choice.
+  // Whether DeepSpeed and dsrt run the mode with this choice.
   bool runs(const Choice &c) const {
     if (!master) return true;
-    if (c.stage == 0 || c.optimizer == Place::kNvme) return false;
-    return states || c.optimizer == Place::kCpu;
+    if (c.stage == 0) return false;
+    return states || c.optimizer != Place::kNone;
   }
 };
 
@@ -109,7 +109,7 @@ Estimate zero3(double params, double largest_layer, const Hardware &hw, const Ch
                                         : largest_layer_memory + std::trunc(2 * params / total_gpus));
   // Per-parameter bytes DeepSpeed keeps on the host: 16 for the optimizer side, 2 more for params.
   const double host_factor = (c.optimizer == Place::kCpu ? 16 - saved : 0) + (c.param == Place::kCpu ? 2 : 0);
-  const double nvme_factor = (c.optimizer == Place::kNvme ? 16 : 0) + (c.param == Place::kNvme ? 2 : 0);
+  const double nvme_factor = (c.optimizer == Place::kNvme ? 16 - saved : 0) + (c.param == Place::kNvme ? 2 : 0);
   const double host_share = host_factor * gpus_factor;
   e.host_bytes = int64_t(params * (c.zero_init ? host_share : std::max(4 * g, host_share)) * kBufferFactor);
   e.nvme_bytes = int64_t(params * nvme_factor * gpus_factor);
@@ -257,7 +257,7 @@ void print_help() {
       "  --json                   machine-readable output, exact byte counts\n"
       "  --bf16-master-weights    bf16.bf16_master_weights_and_grads: bf16 masters (2 bytes per\n"
       "                           trainable parameter less); shows only the configurations that run\n"
-      "                           it (stages 1-3; CPU optimizer offload unless the states are bf16 too)\n"
+      "                           it (stages 1-3; optimizer offload unless the states are bf16 too)\n"
       "  --bf16-optimizer-states  bf16.bf16_optimizer_states: bf16 Adam moments (4 bytes less; needs\n"
       "                           --bf16-master-weights)\n\n"
       "Stages 2 and 3 use DeepSpeed's estimate_zero2/zero3_model_states_mem_needs (additional buffer\n"
@@ -362,10 +362,9 @@ int run_estimate_memory(const std::vector<std::string> &args) {
                        "bf16.bf16_master_weights_and_grads)%s", "");
   if (bf16.master && stage == 0)
     return usage_error("--bf16-master-weights needs stage 1, 2 or 3%s", "");
-  if (bf16.master && have_optimizer && optimizer == Place::kNvme)
-    return usage_error("--bf16-master-weights with --offload-optimizer nvme is not implemented by dsrt%s", "");
   if (bf16.master && !bf16.states && have_optimizer && optimizer == Place::kNone)
-    return usage_error("--bf16-master-weights without --bf16-optimizer-states needs --offload-optimizer cpu%s", "");
+    return usage_error("--bf16-master-weights without --bf16-optimizer-states needs --offload-optimizer cpu or "
+                       "nvme%s", "");
 
   std::vector<Choice> rows;
   for (int s = 0; s <= 3; ++s) {

@@ -50,10 +50,6 @@ Status check_bf16_master_rules(const TrainConfig &c) {
                    "bf16.bf16_master_weights_and_grads with optimizer offload needs optimizer Adam or AdamW "
                    "(DeepSpeed: DeepSpeedCPUAdam only); the optimizer is %s",
                    type_text(c.optimizer.type));
-    if (offload == OffloadDevice::Nvme)
-      return Error(DSRT_ERR_UNSUPPORTED,
-                   "bf16.bf16_master_weights_and_grads with offload_optimizer.device \"nvme\" is not implemented "
-                   "(dsrt's swap files hold fp32 masters and states); use offload_optimizer.device \"cpu\"");
     if (c.zero.offload_optimizer.ratio < 1.0)
       return Error(DSRT_ERR_UNSUPPORTED,
                    "bf16.bf16_master_weights_and_grads with a partial optimizer offload (ratio %g < 1) is not "

@@ -671,10 +671,10 @@ Status Engine::memory(dsrt_memory_stats *out) const {
     if (param_nvme_) stats.buffers[DSRT_LOC_HOST] += param_nvme_->host_bytes();
     if (nvme_) {
       // Gradients stay in host memory; masters and states live in the swap files.
-      const uint64_t state_bytes = static_cast<uint64_t>(part_.partition_elems()) * sizeof(float);
+      const uint64_t elems = static_cast<uint64_t>(part_.partition_elems());
       stats.gradients[DSRT_LOC_HOST] += reducer_.accumulator_bytes();
-      stats.master_params[DSRT_LOC_NVME] += state_bytes;
-      stats.optimizer_states[DSRT_LOC_NVME] += state_bytes * static_cast<uint64_t>(num_states_);
+      stats.master_params[DSRT_LOC_NVME] += elems * dtype_size(master_dtype_);
+      stats.optimizer_states[DSRT_LOC_NVME] += elems * dtype_size(state_dtype_) * static_cast<uint64_t>(num_states_);
       stats.buffers[DSRT_LOC_HOST] += nvme_->host_bytes();
     } else {
       // Offloaded: the reduced partition stays on the device (the reducer's accumulator) and its

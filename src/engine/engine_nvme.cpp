@@ -7,10 +7,26 @@
 #include <cstring>
 
 #include "engine/engine.h"
+#include "optim/cpu_optimizer.h"
 #include "util/half.h"
 #include "util/log.h"
 
 namespace dsrt {
+namespace {
+
+// buffer[0, n) fp32 -> its first 2n bytes bf16 (nearest): front to back, element i's bf16 goes to
+// bytes [2i, 2i+2), below every float not yet read, so the pool buffer serves both.
+void narrow_to_bf16_in_place(float *buffer, size_t n) {
+  uint16_t *out = reinterpret_cast<uint16_t *>(buffer);
+  for (size_t i = 0; i < n; ++i) {
+    float x;
+    std::memcpy(&x, buffer + i, sizeof x);
+    const uint16_t b = float_to_bf16(x);
+    std::memcpy(out + i, &b, sizeof b);
+  }
+}
+
+}  // namespace
 
 std::string Engine::nvme_array(size_t group, int state) const {
   return Format("g%zu.%s", group, state < 0 ? "master" : (state == 0 ? "s0" : "s1"));
@@ -42,8 +58,10 @@ Status Engine::nvme_build(const std::vector<OwnedSegment> &segments) {
   for (size_t g = 0; g < groups; ++g) {
     const int64_t begin = nvme_group_begin_[g];
     largest = std::max(largest, nvme_group_begin_[g + 1] - begin);
-    const uint64_t bytes = static_cast<uint64_t>(std::min(nvme_group_begin_[g + 1], part) - begin) * sizeof(float);
-    for (int s = -1; s < num_states_; ++s) nvme_groups_[g].arrays.push_back(SubGroupArray{nvme_array(g, s), bytes});
+    // Each array in its storage dtype (bf16 with bf16_master_weights_and_grads / bf16_optimizer_states).
+    const uint64_t elems = static_cast<uint64_t>(std::min(nvme_group_begin_[g + 1], part) - begin);
+    for (int s = -1; s < num_states_; ++s)
+      nvme_groups_[g].arrays.push_back(SubGroupArray{nvme_array(g, s), elems * dtype_size(s < 0 ? master_dtype_ : state_dtype_)});
     buffer_bytes = std::max(buffer_bytes, SubGroupPipeline::buffer_bytes(nvme_groups_[g]));
   }
   NvmeSwapperOptions options;
@@ -73,10 +91,12 @@ Status Engine::nvme_build(const std::vector<OwnedSegment> &segments) {
       std::memcpy(buffer + (lo - begin), info.init.data() + it->tensor_begin + (lo - it->part_offset),
                   static_cast<size_t>(hi - lo) * sizeof(float));
     }
-    DSRT_RETURN_IF_ERROR(nvme_->store().write(nvme_array(g, -1), buffer, n * sizeof(float)));
+    if (master_dtype_ != DSRT_F32) narrow_to_bf16_in_place(buffer, n);
+    DSRT_RETURN_IF_ERROR(nvme_->store().write(nvme_array(g, -1), buffer, n * dtype_size(master_dtype_)));
     for (int s = 0; s < num_states_; ++s) {
       std::fill(buffer, buffer + n, optimizer_state_initial_value(config_.optimizer, s));
-      DSRT_RETURN_IF_ERROR(nvme_->store().write(nvme_array(g, s), buffer, n * sizeof(float)));
+      if (state_dtype_ != DSRT_F32) narrow_to_bf16_in_place(buffer, n);
+      DSRT_RETURN_IF_ERROR(nvme_->store().write(nvme_array(g, s), buffer, n * dtype_size(state_dtype_)));
     }
   }
   logf(DSRT_LOG_INFO, "NVMe optimizer offload: %zu sub-group(s) of up to %lld elements, %zu buffers of %zu bytes in '%s'",
@@ -98,14 +118,22 @@ Status Engine::nvme_range(int state, size_t offset, size_t count, float *data, b
     const std::string name = nvme_array(g, state);
     float *dst = data + (at - offset);
     const size_t n = hi - at;
+    const dsrt_dtype dtype = state < 0 ? master_dtype_ : state_dtype_;
+    const size_t esize = dtype_size(dtype);
     if (!write) {
-      DSRT_RETURN_IF_ERROR(store.read(name, dst, n * sizeof(float), (at - group_begin) * sizeof(float)));
+      if (dtype == DSRT_F32) {
+        DSRT_RETURN_IF_ERROR(store.read(name, dst, n * sizeof(float), (at - group_begin) * sizeof(float)));
+      } else {
+        std::vector<uint16_t> staged(n);  // bf16 on disk, widened exactly
+        DSRT_RETURN_IF_ERROR(store.read(name, staged.data(), n * esize, (at - group_begin) * esize));
+        cpu_convert(staged.data(), dtype, dst, DSRT_F32, n);
+      }
     } else {
       // Read-modify-write of the whole array: SwapStore commits whole arrays, never in place.
       if (!lease.valid()) DSRT_RETURN_IF_ERROR(nvme_->pool().acquire(&lease));
       const uint64_t bytes = store.stored_bytes(name);
       DSRT_RETURN_IF_ERROR(store.read(name, lease.data(), bytes));
-      std::memcpy(lease.as<float>() + (at - group_begin), dst, n * sizeof(float));
+      cpu_convert(dst, DSRT_F32, lease.as<char>() + (at - group_begin) * esize, dtype, n);
       DSRT_RETURN_IF_ERROR(store.write(name, lease.data(), bytes));
     }
     at = hi;
@@ -140,11 +168,15 @@ Status Engine::nvme_optimizer_update(float grad_scale, size_t first_group) {
       const int64_t lo = std::max(begin, it->part_offset), hi = std::min(end, it->part_offset + it->count);
       if (hi <= lo) continue;
       OptimizerSlice s;
-      s.master = view.f32(0) + (lo - begin);
+      if (master_dtype_ == DSRT_BF16) s.master_bf16 = static_cast<uint16_t *>(view.data[0]) + (lo - begin);
+      else s.master = view.f32(0) + (lo - begin);
       s.grad = grads + lo;
       s.grad_dtype = DSRT_F32;
-      s.state0 = num_states_ > 0 ? view.f32(1) + (lo - begin) : nullptr;
-      s.state1 = num_states_ > 1 ? view.f32(2) + (lo - begin) : nullptr;
+      for (int i = 0; i < num_states_; ++i) {
+        if (state_dtype_ == DSRT_BF16)
+          (i == 0 ? s.state0_bf16 : s.state1_bf16) = static_cast<uint16_t *>(view.data[1 + i]) + (lo - begin);
+        else (i == 0 ? s.state0 : s.state1) = view.f32(1 + i) + (lo - begin);
+      }
       s.working = working + (working_base + lo) * wsize;
       s.working_dtype = wdt;
       s.n = static_cast<size_t>(hi - lo);

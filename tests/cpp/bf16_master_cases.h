@@ -107,7 +107,12 @@ inline bool is_bf16_value(float x) {
 // Trains `steps` steps and compares the engine's masters (and states) with the bf16 reference;
 // also checks that they are far from an fp32-master recomputation (the rounding is real).
 inline void run_bf16_master_case(const Bf16MasterCase &c, const std::shared_ptr<Comm> &comm, int steps = 10) {
-  const TrainConfig config = bf16_master_config(c);
+  TempFolder swap;  // NVMe cases: outlives the engine, which leaves it empty
+  TrainConfig config = bf16_master_config(c);
+  if (c.offload == OffloadDevice::Nvme) {
+    ASSERT_FALSE(swap.path.empty());
+    set_nvme(&config, swap.path, 1000, 2, true);
+  }
   std::unique_ptr<Engine> engine;
   Status s = make_engine(config, comm, bf16_shapes(), &engine);
   ASSERT_TRUE(s.ok()) << s.message();
@@ -182,7 +187,9 @@ inline void run_bf16_master_case(const Bf16MasterCase &c, const std::shared_ptr<
   mem.struct_size = sizeof mem;
   ASSERT_TRUE(engine->memory(&mem).ok());
   const uint64_t part = static_cast<uint64_t>(engine->partitioning().partition_elems());
-  const int loc = c.offload == OffloadDevice::Cpu ? DSRT_LOC_HOST : DSRT_LOC_DEVICE;
+  const int loc = c.offload == OffloadDevice::Cpu ? DSRT_LOC_HOST
+                  : c.offload == OffloadDevice::Nvme ? DSRT_LOC_NVME
+                                                     : DSRT_LOC_DEVICE;
   EXPECT_EQ(mem.master_params[loc], part * 2);
   EXPECT_EQ(mem.optimizer_states[loc], part * (c.bf16_states ? 2u : 4u) * 2u);
 }
@@ -196,6 +203,10 @@ inline std::vector<Bf16MasterCase> bf16_master_cases() {
   cases.push_back({2, true, OffloadDevice::Cpu});  // ZeRO-Offload, CPU Adam with bf16 moments
   cases.push_back({3, true, OffloadDevice::Cpu});
   cases.push_back({3, true, OffloadDevice::Cpu, OffloadDevice::Cpu});  // and the parameters offloaded
+  // ZeRO-Infinity: bf16 arrays in the swap files (DeepSpeed: stage 3; dsrt runs NVMe at 1-2 too).
+  cases.push_back({3, false, OffloadDevice::Nvme});
+  cases.push_back({3, true, OffloadDevice::Nvme});
+  cases.push_back({1, true, OffloadDevice::Nvme});
   return cases;
 }
 

@@ -63,8 +63,8 @@ TEST(EngineBf16Master, RefusesWhatDeepSpeedRefuses) {
        [](TrainConfig *t) { t->bf16_master_weights = false; }, DSRT_ERR_CONFIG, "requires"},
       {"offload with SGD", {2, true, OffloadDevice::Cpu},
        [](TrainConfig *t) { t->optimizer.type = OptimizerType::SGD; }, DSRT_ERR_CONFIG, "Adam or AdamW"},
-      {"NVMe offload", {3, true, OffloadDevice::Nvme},
-       [](TrainConfig *t) { t->zero.offload_optimizer.nvme_path = "/nonexistent"; }, DSRT_ERR_UNSUPPORTED, "nvme"},
+      {"partial offload", {3, true, OffloadDevice::Cpu},
+       [](TrainConfig *t) { t->zero.offload_optimizer.ratio = 0.5; }, DSRT_ERR_UNSUPPORTED, "ratio"},
       {"bf16 off", {2, true, OffloadDevice::None}, [](TrainConfig *t) { t->bf16_enabled = false; },
        DSRT_ERR_UNSUPPORTED, "bf16.enabled"},
   };
@@ -165,10 +165,13 @@ std::vector<std::vector<float>> states_of(Engine &e) {
 // bitwise; a checkpoint of fp32 masters loads into a bf16 engine rounded to the nearest bf16, and
 // a bf16 checkpoint loads into an fp32 engine exactly.
 TEST(EngineBf16Master, CheckpointsRoundTripAndConvert) {
-  for (const Bf16MasterCase &c : {Bf16MasterCase{2, true, OffloadDevice::None}, Bf16MasterCase{3, false, OffloadDevice::Cpu}}) {
-    SCOPED_TRACE(Format("stage %d", c.stage));
+  for (const Bf16MasterCase &c : {Bf16MasterCase{2, true, OffloadDevice::None}, Bf16MasterCase{3, false, OffloadDevice::Cpu},
+                                  Bf16MasterCase{3, true, OffloadDevice::Nvme}}) {
+    SCOPED_TRACE(Format("stage %d, offload %d", c.stage, static_cast<int>(c.offload)));
     const std::string dir = scratch("ckpt");
-    const TrainConfig config = bf16_master_config(c);
+    TempFolder swap;  // NVMe: every engine's private swap folder under it
+    TrainConfig config = bf16_master_config(c);
+    if (c.offload == OffloadDevice::Nvme) set_nvme(&config, swap.path, 700, 2, false);
     std::unique_ptr<Engine> saved, loaded;
     ASSERT_TRUE(make_engine(config, local_comm(), bf16_shapes(), &saved).ok());
     train(*saved, 3);
@@ -186,7 +189,7 @@ TEST(EngineBf16Master, CheckpointsRoundTripAndConvert) {
     // Into an engine with fp32 masters and states: exact widening.
     TrainConfig fp32 = config;
     fp32.bf16_master_weights = fp32.bf16_optimizer_states = false;
-    fp32.zero.offload_optimizer.device = OffloadDevice::Cpu;
+    if (c.offload == OffloadDevice::None) fp32.zero.offload_optimizer.device = OffloadDevice::Cpu;
     std::unique_ptr<Engine> wide;
     ASSERT_TRUE(make_engine(fp32, local_comm(), bf16_shapes(), &wide, false).ok());
     s = load_checkpoint(*wide, dir, "");
@@ -265,11 +268,11 @@ TEST(EngineBf16Master, EstimatorCountsWhatTheEngineSaves) {
   for (const auto &shape : bf16_shapes()) params += numel_of(shape);
   for (const Bf16MasterCase &c : {Bf16MasterCase{1, true, OffloadDevice::None}, Bf16MasterCase{2, true, OffloadDevice::None},
                                   Bf16MasterCase{3, true, OffloadDevice::None}, Bf16MasterCase{2, false, OffloadDevice::Cpu},
-                                  Bf16MasterCase{3, true, OffloadDevice::Cpu}}) {
+                                  Bf16MasterCase{3, true, OffloadDevice::Cpu}, Bf16MasterCase{3, false, OffloadDevice::Nvme}}) {
     SCOPED_TRACE(Format("stage %d, bf16 states %d, offload %d", c.stage, c.bf16_states, static_cast<int>(c.offload)));
-    const bool cpu = c.offload == OffloadDevice::Cpu;
+    const bool cpu = c.offload == OffloadDevice::Cpu, nvme = c.offload == OffloadDevice::Nvme;
     const std::string common = Format("--json --params %lld --stage %d --largest-layer-params 2145 --offload-optimizer %s%s",
-                                      static_cast<long long>(params), c.stage, cpu ? "cpu" : "none",
+                                      static_cast<long long>(params), c.stage, cpu ? "cpu" : nvme ? "nvme" : "none",
                                       c.stage == 3 ? " --offload-param none" : "");
     const std::string flags = c.bf16_states ? " --bf16-master-weights --bf16-optimizer-states" : " --bf16-master-weights";
     const CliRun normal = run_cli(common), low = run_cli(common + flags);
@@ -277,16 +280,18 @@ TEST(EngineBf16Master, EstimatorCountsWhatTheEngineSaves) {
     ASSERT_EQ(low.code, 0) << low.output;
     EXPECT_NE(low.output.find("\"bf16_master_weights\": true"), std::string::npos) << low.output;
     // Offloaded, the host figure carries DeepSpeed's buffer factor 1.5.
-    const char *field = cpu ? "host_bytes" : "gpu_bytes";
+    const char *field = cpu ? "host_bytes" : nvme ? "nvme_bytes" : "gpu_bytes";
     const double factor = cpu ? 1.5 : 1.0;
     const double estimated = (json_field(normal.output, field) - json_field(low.output, field)) / factor;
 
+    TempFolder swap;
     TrainConfig config = bf16_master_config(c);
+    if (nvme) set_nvme(&config, swap.path, 1000, 2, false);
     std::unique_ptr<Engine> engine, reference;
     ASSERT_TRUE(make_engine(config, local_comm(), bf16_shapes(), &engine).ok());
     config.bf16_master_weights = config.bf16_optimizer_states = false;
     ASSERT_TRUE(make_engine(config, local_comm(), bf16_shapes(), &reference).ok());
-    const int loc = cpu ? DSRT_LOC_HOST : DSRT_LOC_DEVICE;
+    const int loc = cpu ? DSRT_LOC_HOST : nvme ? DSRT_LOC_NVME : DSRT_LOC_DEVICE;
     const double measured =
         double(optimizer_side_bytes(*reference, loc)) - double(optimizer_side_bytes(*engine, loc));
     const double per_param = c.bf16_states ? 6.0 : 2.0;
