@@ -351,10 +351,12 @@ DSRT_API dsrt_status dsrt_engine_global_step(const dsrt_engine *engine, int64_t 
 DSRT_API dsrt_status dsrt_engine_get_lr(const dsrt_engine *engine, double *out);
 
 /* The full fp32 master value, gathered from all ranks (collective under ZeRO: every rank calls it
-** for the same tensor). count must equal dsrt_tensor_numel. */
+** for the same tensor). count must equal dsrt_tensor_numel. With bf16.bf16_master_weights_and_grads
+** the masters are bf16, widened exactly. */
 DSRT_API dsrt_status dsrt_tensor_read_fp32(dsrt_tensor *tensor, float *out, uint64_t count);
 
-/* Overwrite master and working copy (every rank passes the same full value; collective). */
+/* Overwrite master and working copy (every rank passes the same full value; collective). bf16
+** masters (bf16.bf16_master_weights_and_grads) take src rounded to the nearest bf16. */
 DSRT_API dsrt_status dsrt_tensor_write_fp32(dsrt_tensor *tensor, const float *src, uint64_t count);
 
 /* Accessors. name is owned by the engine; ndim and numel give -1 for NULL. shape writes ndim values. */
@@ -372,7 +374,7 @@ typedef struct {
     uint64_t struct_size; /* caller sets sizeof(dsrt_memory_stats) */
     uint64_t working_params[DSRT_NUM_LOCATIONS];   /* 16-bit (or fp32) working copies */
     uint64_t gradients[DSRT_NUM_LOCATIONS];        /* gradient buffers and partitions */
-    uint64_t master_params[DSRT_NUM_LOCATIONS];    /* fp32 master weights */
+    uint64_t master_params[DSRT_NUM_LOCATIONS];    /* master weights (fp32; bf16 with bf16_master_weights_and_grads) */
     uint64_t optimizer_states[DSRT_NUM_LOCATIONS]; /* e.g. Adam's m and v */
     uint64_t buffers[DSRT_NUM_LOCATIONS];          /* buckets, prefetch and swap buffers */
 } dsrt_memory_stats;
