@@ -350,13 +350,11 @@ DSRT_API dsrt_status dsrt_engine_step(dsrt_engine *engine, dsrt_step_result *out
 DSRT_API dsrt_status dsrt_engine_global_step(const dsrt_engine *engine, int64_t *out);
 DSRT_API dsrt_status dsrt_engine_get_lr(const dsrt_engine *engine, double *out);
 
-/* The full fp32 master value, gathered from all ranks (collective under ZeRO: every rank calls it
-** for the same tensor). count must equal dsrt_tensor_numel. With bf16.bf16_master_weights_and_grads
-** the masters are bf16, widened exactly. */
+/* The full fp32 master value (bf16 masters, bf16.bf16_master_weights_and_grads: widened exactly), gathered
+** from all ranks (collective under ZeRO: every rank calls it for the same tensor). count must equal dsrt_tensor_numel. */
 DSRT_API dsrt_status dsrt_tensor_read_fp32(dsrt_tensor *tensor, float *out, uint64_t count);
 
-/* Overwrite master and working copy (every rank passes the same full value; collective). bf16
-** masters (bf16.bf16_master_weights_and_grads) take src rounded to the nearest bf16. */
+/* Overwrite master and working copy (every rank passes the same full value; collective; bf16 masters: rounded). */
 DSRT_API dsrt_status dsrt_tensor_write_fp32(dsrt_tensor *tensor, const float *src, uint64_t count);
 
 /* Accessors. name is owned by the engine; ndim and numel give -1 for NULL. shape writes ndim values. */
