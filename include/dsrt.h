@@ -351,7 +351,7 @@ DSRT_API dsrt_status dsrt_engine_global_step(const dsrt_engine *engine, int64_t 
 DSRT_API dsrt_status dsrt_engine_get_lr(const dsrt_engine *engine, double *out);
 
 /* The full fp32 master value (bf16 masters, bf16.bf16_master_weights_and_grads: widened exactly), gathered
-** from all ranks (collective under ZeRO: every rank calls it for the same tensor). count must equal dsrt_tensor_numel. */
+** from all ranks (collective under ZeRO: every rank calls it for the same tensor). count: dsrt_tensor_numel. */
 DSRT_API dsrt_status dsrt_tensor_read_fp32(dsrt_tensor *tensor, float *out, uint64_t count);
 
 /* Overwrite master and working copy (every rank passes the same full value; collective; bf16 masters: rounded). */
