@@ -115,6 +115,9 @@ def case_list():
     cases.append(("bf16-stage3-offload-bf16-master-states", base(3, optimizer=cpu_adam, bf16=low(True),
                                                                  zero_optimization={
         "stage": 3, "offload_optimizer": {"device": "cpu"}}), STEPS, 1))
+    cases.append(("bf16-stage3-nvme-bf16-master", base(3, optimizer=cpu_adam, bf16=low(False), zero_optimization={
+        "stage": 3, "sub_group_size": 10000, "offload_optimizer": {"device": "nvme", "nvme_path": "NVME_PATH"}},
+        aio={"block_size": 262144, "queue_depth": 8, "single_submit": False, "overlap_events": True}), STEPS, 1))
     cases.append(("bf16-stage1-bf16-master-states", base(1, bf16=low(True)), STEPS, 1))
     cases.append(("bf16-stage2-offload-bf16-master-states-2ranks", base(2, gas=2, optimizer=cpu_adam, bf16=low(True),
                                                                         zero_optimization={
