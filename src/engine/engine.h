@@ -315,6 +315,7 @@ class Engine {
 
  private:
   Status param_offload_build();
+  Status hpz_build();  // engine_hpz.cpp
   Status param_nvme_open();
   Status param_nvme_close();
   Status release_working_shards();
@@ -325,6 +326,7 @@ class Engine {
 
   TrainConfig config_;
   std::shared_ptr<Comm> comm_;
+  std::shared_ptr<Comm> hpz_comm_;  // ZeRO++ hpZ group (stage 3, zero_hpz_partition_size > 1); outlives coordinator_
   std::shared_ptr<Device> device_;  // shared with a host-staged communicator
   // The arithmetic on device_'s memory (gradients, non-offloaded masters and states, working
   // copies), and on host memory (offloaded masters and states). Declared after device_: the
