@@ -7,6 +7,7 @@
 // ZeRO-3 engines and the other way round; a group size that does not divide the world is refused.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -123,6 +124,29 @@ TEST(Hpz, MemoryShowsTheSecondaryPartition) {
   EXPECT_EQ(extra, world >= 2 ? expect : 0u) << "secondary partition bytes in working_params";
   ASSERT_NE(hpz->param_coordinator(), nullptr);
   EXPECT_EQ(hpz->param_coordinator()->secondary_bytes(), world >= 2 ? expect : 0u);
+  // dsrt estimate-memory --hpz predicts 2T/k per GPU: the engine's figure differs only by each
+  // tensor's padding to a multiple of the world size (under 2W/k bytes a tensor).
+  int64_t total = 0;
+  for (size_t t = 0; t < hpz->num_tensors(); ++t) total += hpz->tensor_numel(t);
+  const std::string command = std::string(DSRT_BINARY_DIR) + "/bin/dsrt estimate-memory --params " +
+                              std::to_string(total) + " --largest-layer-params 1 --stage 3 --world-size " +
+                              std::to_string(world) + " --hpz 2 --json";
+  FILE *pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr) << command;
+  std::string out;
+  char chunk[4096];
+  for (size_t n; (n = fread(chunk, 1, sizeof chunk, pipe)) > 0;) out.append(chunk, n);
+  ASSERT_EQ(pclose(pipe), 0) << command << "\n" << out;
+  const size_t at = out.find("\"hpz_secondary_bytes\": ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const uint64_t estimated = std::strtoull(out.c_str() + at + 23, nullptr, 10);
+  const int k = std::min(2, world);
+  const uint64_t slack = static_cast<uint64_t>(hpz->num_tensors()) * 2 * static_cast<uint64_t>(world / k);
+  EXPECT_LE(estimated, extra) << out;
+  EXPECT_LE(extra, estimated + slack) << "engine " << extra << " bytes, estimate-memory " << estimated;
+  if (world >= 2) {
+    EXPECT_GT(estimated, 0u);
+  }
   // The optimizer step invalidates and frees them.
   for (size_t t = hpz->num_tensors(); t-- > 0;) {
     ASSERT_TRUE(hpz->grad_ready(t).ok());
