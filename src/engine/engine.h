@@ -182,6 +182,7 @@ class Engine {
   // offload_optimizer: the host copy of the fp32 gradient partition (nullptr without offload).
   const float *host_grad_partition() const { return host_grads_.as<float>(); }
   const ParamCoordinator *param_coordinator() const { return coordinator_.get(); }  // stage 3 only
+  const Comm *hpz_group() const { return hpz_comm_.get(); }  // ZeRO++ hpZ group (null: off)
   Status refresh_working_copies();
   const EngineCounters &counters() const { return counters_; }
   void set_counters(const EngineCounters &counters) {
