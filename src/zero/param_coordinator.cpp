@@ -395,7 +395,11 @@ Status ParamCoordinator::make_secondary(size_t t) {
 void ParamCoordinator::drop_secondaries() {
   for (TensorState &ts : tensors_) {
     if (ts.secondary.empty()) continue;
-    if (ts.pending) (void)wait_pending(static_cast<size_t>(&ts - tensors_.data()));  // a gather may read it
+    if (ts.pending) {  // a gather may still read it (callers have none in flight; this is a guard)
+      const size_t t = static_cast<size_t>(&ts - tensors_.data());
+      Status status = wait_pending(t);
+      if (!status.ok()) logf(DSRT_LOG_ERROR, "hpZ: %s", status.message().c_str());
+    }
     ts.secondary.reset();
   }
 }
