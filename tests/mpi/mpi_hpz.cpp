@@ -74,28 +74,41 @@ void train_steps(Engine &engine, int steps) {
   }
 }
 
+// Plain, with gradient accumulation (the secondary partitions serve both micro-steps), and with
+// the parameter shards offloaded to host memory (new shards drop them).
 TEST(Hpz, BitwiseEqualToZero3AndGathersStayInTheGroup) {
   RanksPerNode env;
   const int world = g_world->size();
-  std::shared_ptr<Comm> plain_comm, hpz_comm;
-  ASSERT_TRUE(g_world->split(0, 0, &plain_comm).ok());  // fresh traffic counters for each run
-  ASSERT_TRUE(g_world->split(0, 0, &hpz_comm).ok());
-  auto plain = make_engine(config(1), plain_comm);
-  auto hpz = make_engine(config(2), hpz_comm);
-  ASSERT_TRUE(plain && hpz);
-  const CommTraffic plain_before = plain_comm->traffic(), hpz_before = hpz_comm->traffic();
-  train_steps(*plain, 3);
-  train_steps(*hpz, 3);
-  EXPECT_TRUE(bitwise_equal(masters(*plain), masters(*hpz)));
-  EXPECT_TRUE(bitwise_equal(partition_bytes(*plain), partition_bytes(*hpz)));
-  const uint64_t plain_gather = plain_comm->traffic().all_gather - plain_before.all_gather;
-  const uint64_t hpz_gather = hpz_comm->traffic().all_gather - hpz_before.all_gather;
-  // Forward gathers over the world as before; the backward ones moved into the group: with W
-  // ranks a world gather sends (W-1)s per tensor, so the world's bytes halve, minus the gathers
-  // of masters() above, which both engines did alike.
-  EXPECT_LT(hpz_gather, plain_gather) << "world all-gather bytes: hpZ " << hpz_gather << ", ZeRO-3 " << plain_gather;
-  if (world > 1) {
-    EXPECT_GT(hpz_gather, plain_gather / 3);
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE(variant == 0 ? "plain" : variant == 1 ? "gradient_accumulation_steps 2" : "offload_param cpu");
+    auto configured = [&](int hpz) {
+      TrainConfig c = config(hpz);
+      if (variant == 1) c.gradient_accumulation_steps = 2;
+      if (variant == 2) c.zero.offload_param.device = OffloadDevice::Cpu;
+      return c;
+    };
+    std::shared_ptr<Comm> plain_comm, hpz_comm;
+    ASSERT_TRUE(g_world->split(0, 0, &plain_comm).ok());  // fresh traffic counters for each run
+    ASSERT_TRUE(g_world->split(0, 0, &hpz_comm).ok());
+    auto plain = make_engine(configured(1), plain_comm);
+    auto hpz = make_engine(configured(2), hpz_comm);
+    ASSERT_TRUE(plain && hpz);
+    ASSERT_EQ(hpz->hpz_group() != nullptr, world > 1);
+    const CommTraffic plain_before = plain_comm->traffic(), hpz_before = hpz_comm->traffic();
+    const CommTraffic group_before = world > 1 ? hpz->hpz_group()->traffic() : CommTraffic{};
+    train_steps(*plain, 4);
+    train_steps(*hpz, 4);
+    const uint64_t plain_gather = plain_comm->traffic().all_gather - plain_before.all_gather;
+    const uint64_t hpz_gather = hpz_comm->traffic().all_gather - hpz_before.all_gather;
+    EXPECT_TRUE(bitwise_equal(masters(*plain), masters(*hpz)));
+    EXPECT_TRUE(bitwise_equal(partition_bytes(*plain), partition_bytes(*hpz)));
+    if (world > 1) {
+      // Forward gathers over the world as before; the backward ones moved into the group.
+      EXPECT_LT(hpz_gather, plain_gather) << "world all-gather bytes: hpZ " << hpz_gather << ", ZeRO-3 "
+                                          << plain_gather;
+      EXPECT_GT(hpz_gather, plain_gather / 3);
+      EXPECT_GT(hpz->hpz_group()->traffic().all_gather, group_before.all_gather);
+    }
   }
 }
 
