@@ -103,6 +103,8 @@ struct ZeroConfig {
   int64_t stage3_max_live_parameters = 1000000000;
   int64_t stage3_max_reuse_distance = 1000000000;
   bool stage3_gather_16bit_weights_on_model_save = false;
+  // ZeRO++ hpZ: ranks per secondary-partition group (1 or 0: off). Stage 3 only; 1 below it.
+  int64_t zero_hpz_partition_size = 1;
   OffloadConfig offload_optimizer;
   OffloadConfig offload_param;  // buffer_count defaults to 5 here
 };

@@ -1,7 +1,6 @@
 // defines: NcclComm (collectives on a communication stream, host buffers staged through device
-// memory, timeouts by polling ncclCommGetAsyncError and aborting), nccl_unique_id and
-// nccl_comm_create. The communicator is created non-blocking (config.blocking = 0) so that its
-// creation, like every collective, can be abandoned after DSRT_COMM_TIMEOUT_S.
+// memory, timeouts by polling ncclCommGetAsyncError and aborting; split by ncclCommSplit) behind
+// nccl_comm_make (nccl_shared.h); nccl_create.cpp creates the first one.
 #include "comm/nccl/nccl_comm.h"
 
 #ifdef DSRT_HAVE_NCCL
@@ -19,158 +18,18 @@
 #include <vector>
 
 #include "comm/comm_checks.h"
+#include "comm/comm_split.h"
+#include "comm/nccl/nccl_shared.h"
 #include "cuda/comm_reduce.h"
 #include "util/half.h"
 #include "util/log.h"
 
 namespace dsrt {
+namespace nccl_internal {
 namespace {
-
-static_assert(sizeof(ncclUniqueId) == kNcclUniqueIdBytes, "NCCL's unique id is not 128 bytes");
-
-using Clock = std::chrono::steady_clock;
-
-Clock::time_point deadline_after(double seconds) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
-
-Status cuda_status(cudaError_t err, const char *call, const std::string &where) {
-  if (err == cudaSuccess) return Status::Ok();
-  return Error(DSRT_ERR_DEVICE, "%s failed (%s): %s (%s)", call, where.c_str(), cudaGetErrorString(err),
-               cudaGetErrorName(err));
-}
-#define DSRT_CUDA_OK(call, where) DSRT_RETURN_IF_ERROR(cuda_status((call), #call, (where)))
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Sum ? ncclSum : op == ReduceOp::Max ? ncclMax : ncclMin; }
 int kernel_op(ReduceOp op) { return op == ReduceOp::Sum ? 0 : op == ReduceOp::Max ? 1 : 2; }
-
-// A buffer a collective reads (in) and/or writes (out). Host memory is staged through a device
-// temporary; device memory is used as is.
-struct Arg {
-  void *ptr = nullptr;
-  size_t bytes = 0;
-  bool in = false, out = false;
-  void *dev = nullptr;  // what the NCCL calls use
-  bool staged = false;
-};
-
-// State the communicator and its outstanding handles share (a handle may outlive the comm).
-struct Shared {
-  std::mutex mutex;  // one thread at a time inside NCCL, and around abort
-  ncclComm_t comm = nullptr;
-  int rank = 0, size = 1, device = 0;
-  double timeout_s = 300;
-  cudaStream_t stream = nullptr;       // collectives
-  cudaStream_t copy_stream = nullptr;  // copies of results back to host buffers
-  cudaStream_t compute = nullptr;      // the caller's stream the collectives wait for
-  cudaEvent_t ready = nullptr;
-  cudaMemPool_t pool = nullptr;        // scratch and staging, stream-ordered
-  bool broken = false;
-  std::string broken_reason;
-
-  ~Shared() {
-    if (cudaSetDevice(device) != cudaSuccess) return;
-    if (comm != nullptr) {
-      // Let issued collectives drain (bounded); a peer that never arrives gets the comm aborted.
-      bool drained = stream == nullptr || poll_idle(deadline_after(std::min(timeout_s, 30.0)));
-      ncclResult_t state = drained ? ncclCommFinalize(comm) : ncclInternalError;
-      // A non-blocking communicator finalizes in the background: poll it (bounded).
-      Clock::time_point until = deadline_after(std::min(timeout_s, 30.0));
-      while (state == ncclInProgress && Clock::now() < until) {
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
-        if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) state = ncclInternalError;
-      }
-      if (state == ncclSuccess) ncclCommDestroy(comm);
-      else ncclCommAbort(comm);
-    }
-    if (ready != nullptr) cudaEventDestroy(ready);
-    if (stream != nullptr) cudaStreamDestroy(stream);
-    if (copy_stream != nullptr) cudaStreamDestroy(copy_stream);
-    if (pool != nullptr) cudaMemPoolDestroy(pool);
-  }
-
-  bool poll_idle(Clock::time_point until) {
-    for (;;) {
-      cudaError_t q = cudaStreamQuery(stream);
-      if (q != cudaErrorNotReady) return q == cudaSuccess;
-      ncclResult_t state = ncclSuccess;
-      if (ncclCommGetAsyncError(comm, &state) != ncclSuccess || (state != ncclSuccess && state != ncclInProgress))
-        return false;
-      if (Clock::now() >= until) return false;
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-  }
-
-  std::string where(const std::string &what, int64_t step) const {
-    return Format("%s on rank %d of %d (cuda:%d) at step %lld", what.c_str(), rank, size, device,
-                  static_cast<long long>(step));
-  }
-
-  // Marks the communicator unusable and aborts NCCL (peers then fail too instead of hanging).
-  // Caller holds mutex.
-  Status break_locked(Status reason) {
-    if (!broken) {
-      broken = true;
-      broken_reason = reason.message();
-      if (comm != nullptr) ncclCommAbort(comm);
-      comm = nullptr;
-      logf(DSRT_LOG_ERROR, "%s", reason.message().c_str());
-    }
-    return reason;
-  }
-
-  Status broken_error(const std::string &what) const {
-    return Error(DSRT_ERR_COMM,
-                 "%s on rank %d: this NCCL communicator is unusable after an earlier failure (%s); the ranks are no "
-                 "longer in step, so restart the job (or create a new communicator on every rank)",
-                 what.c_str(), rank, broken_reason.c_str());
-  }
-
-  // Checks an NCCL call made under mutex. ncclInProgress (a non-blocking communicator still
-  // enqueuing) is waited out; any other failure breaks the communicator.
-  Status nccl_locked(ncclResult_t result, const char *call, const std::string &what, Clock::time_point until) {
-    if (result == ncclInProgress) {
-      do {
-        if (Clock::now() >= until)
-          return break_locked(Error(DSRT_ERR_COMM, "%s: %s did not finish enqueuing within %g s; communicator "
-                                                   "aborted. Raise DSRT_COMM_TIMEOUT_S if this is legitimate",
-                                    what.c_str(), call, timeout_s));
-        std::this_thread::yield();
-        if (ncclCommGetAsyncError(comm, &result) != ncclSuccess) result = ncclInternalError;
-      } while (result == ncclInProgress);
-    }
-    if (result == ncclSuccess) return Status::Ok();
-    return break_locked(Error(DSRT_ERR_COMM, "%s: %s failed: %s (%s); communicator aborted", what.c_str(), call,
-                              ncclGetErrorString(result), comm != nullptr ? ncclGetLastError(comm) : ""));
-  }
-
-  // Waits for event: DSRT_ERR_COMM when NCCL reports an asynchronous error or until passes, after
-  // which the communicator is aborted.
-  Status wait_event(cudaEvent_t event, const std::string &what, Clock::time_point until) {
-    for (int spin = 0;; ++spin) {
-      cudaError_t q = cudaEventQuery(event);
-      if (q == cudaSuccess) return Status::Ok();
-      std::lock_guard<std::mutex> guard(mutex);
-      if (broken) return broken_error(what);
-      if (q != cudaErrorNotReady)
-        return break_locked(cuda_status(q, "cudaEventQuery", what + ": the GPU failed while the collective ran"));
-      ncclResult_t state = ncclSuccess;
-      ncclResult_t rc = ncclCommGetAsyncError(comm, &state);
-      if (rc != ncclSuccess) state = rc;
-      if (state != ncclSuccess && state != ncclInProgress)
-        return break_locked(Error(DSRT_ERR_COMM, "%s failed: NCCL reports %s (%s): a peer died, left, or the network "
-                                                 "failed; communicator aborted",
-                                  what.c_str(), ncclGetErrorString(state), ncclGetLastError(comm)));
-      if (Clock::now() >= until)
-        return break_locked(Error(DSRT_ERR_COMM,
-                                  "%s did not complete within %g s: another rank skipped or reordered this "
-                                  "collective, is still busy, or died; the communicator is now unusable (aborted). "
-                                  "Raise DSRT_COMM_TIMEOUT_S if the step is legitimately slower",
-                                  what.c_str(), timeout_s));
-      if (spin > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
-};
 
 class NcclRequest final : public CommRequest {
  public:
@@ -240,6 +99,7 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
 
   Status all_reduce(void *buffer, size_t count, dsrt_dtype dtype, ReduceOp op, CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_all_reduce_args(*this, buffer, count, dtype, op, handle));
+    count_all_reduce(count * dtype_size(dtype));
     const size_t e = dtype_size(dtype);
     std::string what = Format("all_reduce (%s, %zu elements, %s)", dtype_name(dtype), count, reduce_op_name(op));
     return issue(std::move(what), handle, {{buffer, count * e, true, true}},
@@ -258,6 +118,7 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
   Status reduce_scatter(const void *send, void *recv, size_t recv_count, dsrt_dtype dtype, ReduceOp op,
                         CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_reduce_scatter_args(*this, send, recv, recv_count, dtype, op, handle));
+    count_reduce_scatter(recv_count * dtype_size(dtype) * size(), recv_count * dtype_size(dtype));
     const size_t e = dtype_size(dtype), n = static_cast<size_t>(s_->size);
     std::string what = Format("reduce_scatter (%s, %zu elements per rank, %s)", dtype_name(dtype), recv_count,
                               reduce_op_name(op));
@@ -276,6 +137,7 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
                           CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_reduce_scatter_v_args(*this, send, recv, recv_counts, dtype, op, handle));
     BlockLayout layout = blocks_from_counts(recv_counts, s_->size);
+    count_reduce_scatter(layout.total * dtype_size(dtype), layout.count[s_->rank] * dtype_size(dtype));
     const size_t e = dtype_size(dtype);
     std::string what = Format("reduce_scatter_v (%s, %zu elements in all, %zu here, %s)", dtype_name(dtype),
                               layout.total, layout.count[s_->rank], reduce_op_name(op));
@@ -304,6 +166,7 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
 
   Status all_gather(const void *send, void *recv, size_t count, dsrt_dtype dtype, CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_all_gather_args(*this, send, recv, count, dtype, handle));
+    count_all_gather(count * dtype_size(dtype));
     const size_t bytes = count * dtype_size(dtype), n = static_cast<size_t>(s_->size);
     std::string what = Format("all_gather (%s, %zu elements per rank)", dtype_name(dtype), count);
     // In place when send is recv's own block; NCCL accepts exactly that aliasing.
@@ -322,6 +185,7 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
                       CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_all_gather_v_args(*this, send, recv, counts, dtype, handle));
     BlockLayout layout = blocks_from_counts(counts, s_->size);
+    count_all_gather(layout.count[s_->rank] * dtype_size(dtype));
     const size_t e = dtype_size(dtype);
     std::string what = Format("all_gather_v (%s, %zu elements in all, %zu here)", dtype_name(dtype), layout.total,
                               layout.count[s_->rank]);
@@ -339,6 +203,7 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
 
   Status broadcast(void *buffer, size_t count, dsrt_dtype dtype, int root, CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_broadcast_args(*this, buffer, count, dtype, root, handle));
+    count_broadcast(count * dtype_size(dtype), root);
     const size_t bytes = count * dtype_size(dtype);
     std::string what = Format("broadcast (%s, %zu elements, root %d)", dtype_name(dtype), count, root);
     return issue(std::move(what), handle, {{buffer, bytes, root == s_->rank, true}},
@@ -349,9 +214,86 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
                  });
   }
 
+  Status all_gather_bytes(const void *send, void *recv, size_t bytes_per_rank, CommHandle *handle) override {
+    DSRT_RETURN_IF_ERROR(check_all_gather_bytes_args(*this, send, recv, bytes_per_rank, handle));
+    count_all_gather(bytes_per_rank);
+    const size_t n = static_cast<size_t>(s_->size), own = static_cast<size_t>(s_->rank) * bytes_per_rank;
+    std::string what = Format("all_gather_bytes (%zu bytes per rank)", bytes_per_rank);
+    const bool in_place = static_cast<const char *>(send) == static_cast<char *>(recv) + own;
+    std::vector<Arg> args{{recv, bytes_per_rank * n, in_place, true}};
+    if (!in_place) args.push_back({const_cast<void *>(send), bytes_per_rank, true, false});
+    return issue(std::move(what), handle, std::move(args),
+                 [=](const std::vector<Arg> &a, const std::string &w, Clock::time_point until) {
+                   const void *from = in_place ? static_cast<char *>(a[0].dev) + own : a[1].dev;
+                   return s_->nccl_locked(
+                       ncclAllGather(from, a[0].dev, bytes_per_rank, ncclUint8, s_->comm, s_->stream),
+                       "ncclAllGather (bytes)", w, until);
+                 });
+  }
+
+  Status all_to_all_bytes(const void *send, void *recv, size_t bytes_per_rank, CommHandle *handle) override {
+    DSRT_RETURN_IF_ERROR(check_all_to_all_bytes_args(*this, send, recv, bytes_per_rank, handle));
+    count_all_to_all(bytes_per_rank);
+    return exchange_blocks(Format("all_to_all_bytes (%zu bytes per rank)", bytes_per_rank), send, recv,
+                           bytes_per_rank, handle);
+  }
+
+  Status all_to_all(const void *send, void *recv, size_t count, dsrt_dtype dtype, CommHandle *handle) override {
+    DSRT_RETURN_IF_ERROR(check_all_to_all_args(*this, send, recv, count, dtype, handle));
+    const size_t block = count * dtype_size(dtype);
+    count_all_to_all(block);
+    return exchange_blocks(Format("all_to_all (%s, %zu elements per rank)", dtype_name(dtype), count), send, recv,
+                           block, handle);
+  }
+
+  // ncclCommSplit on this communicator's NCCL communicator (non-blocking, polled under the
+  // timeout); the colors are exchanged and checked first so that every rank fails alike on a bad
+  // one. The child gets its own streams and scratch pool on the same device.
+  Status split(int color, int key, std::shared_ptr<Comm> *out) override {
+    DSRT_RETURN_IF_ERROR(check_split_args(color, out));
+    *out = nullptr;
+    SplitPlan plan;
+    DSRT_RETURN_IF_ERROR(comm_split_plan(*this, color, key, &plan));
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+    std::shared_ptr<Shared> child;
+    DSRT_RETURN_IF_ERROR(make_shared_state(s_->device, &child));
+    child->timeout_s = s_->timeout_s;
+    const std::string w = s_->where(Format("split (color %d, key %d)", color, key), step());
+    Clock::time_point until = deadline_after(s_->timeout_s);
+    ncclComm_t comm = nullptr;
+    {
+      std::lock_guard<std::mutex> guard(s_->mutex);
+      if (s_->broken) return s_->broken_error(w);
+      DSRT_CUDA_OK(cudaSetDevice(s_->device), w);
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      // In progress on the parent until the child exists: nccl_locked waits that out.
+      DSRT_RETURN_IF_ERROR(s_->nccl_locked(ncclCommSplit(s_->comm, plan.color, key, &comm, &config), "ncclCommSplit",
+                                           w, until));
+    }
+    DSRT_RETURN_IF_ERROR(wait_created(comm, w, s_->timeout_s));
+    child->comm = comm;
+    child->rank = plan.rank;
+    child->size = plan.size();
+    int nccl_rank = -1, nccl_size = 0;
+    if (ncclCommUserRank(comm, &nccl_rank) != ncclSuccess || ncclCommCount(comm, &nccl_size) != ncclSuccess ||
+        nccl_rank != plan.rank || nccl_size != plan.size())
+      return Error(DSRT_ERR_INTERNAL, "%s: NCCL made rank %d of %d where the colors say rank %d of %d", w.c_str(),
+                   nccl_rank, nccl_size, plan.rank, plan.size());
+    auto made = std::make_shared<NcclComm>(std::move(child));
+    made->set_step(step());
+    *out = std::move(made);
+    return Status::Ok();
+#else
+    return Error(DSRT_ERR_UNSUPPORTED, "split needs ncclCommSplit (NCCL 2.18 or newer); this build has NCCL %d.%d: "
+                 "rebuild against a newer NCCL", NCCL_MAJOR, NCCL_MINOR);
+#endif
+  }
+
   // Control values: host memory staged through the device, blocking.
   Status all_reduce_f64(double *values, size_t count, ReduceOp op) override {
     DSRT_RETURN_IF_ERROR(check_control_args("all_reduce_f64", values, count, op));
+    count_all_reduce(count * sizeof(double));
     // NCCL's max/min (fmax/fmin) drop NaN: a NaN flag travels alongside and is put back.
     std::vector<uint64_t> nan_flags(count, 0);
     for (size_t i = 0; i < count; ++i) nan_flags[i] = std::isnan(values[i]) ? 1 : 0;
@@ -376,6 +318,7 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
 
   Status all_reduce_u64(uint64_t *values, size_t count, ReduceOp op) override {
     DSRT_RETURN_IF_ERROR(check_control_args("all_reduce_u64", values, count, op));
+    count_all_reduce(count * sizeof(uint64_t));
     std::string what = Format("all_reduce_u64 (%zu values, %s)", count, reduce_op_name(op));
     return blocking(std::move(what), {{values, count * 8, true, true}},
                     [=](const std::vector<Arg> &a, const std::string &w, Clock::time_point until) {
@@ -387,6 +330,7 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
 
   Status broadcast_bytes(void *data, size_t bytes, int root) override {
     DSRT_RETURN_IF_ERROR(check_broadcast_bytes_args(*this, data, bytes, root));
+    count_broadcast(bytes, root);
     std::string what = Format("broadcast_bytes (%zu bytes, root %d)", bytes, root);
     return blocking(std::move(what), {{data, bytes, root == s_->rank, true}},
                     [=](const std::vector<Arg> &a, const std::string &w, Clock::time_point until) {
@@ -463,6 +407,35 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
     return s_->nccl_locked(ncclGroupEnd(), "ncclGroupEnd (block gather)", w, until);
   }
 
+  // All-to-all of block bytes per rank: grouped ncclSend/ncclRecv with every peer, this rank's own
+  // block copied on the device.
+  Status exchange_blocks(std::string what, const void *send, void *recv, size_t block, CommHandle *handle) {
+    const size_t n = static_cast<size_t>(s_->size), me = static_cast<size_t>(s_->rank);
+    return issue(std::move(what), handle,
+                 {{const_cast<void *>(send), block * n, true, false}, {recv, block * n, false, true}},
+                 [=](const std::vector<Arg> &a, const std::string &w, Clock::time_point until) {
+                   const char *from = static_cast<const char *>(a[0].dev);
+                   char *to = static_cast<char *>(a[1].dev);
+                   if (block == 0) return Status::Ok();
+                   DSRT_CUDA_OK(cudaMemcpyAsync(to + me * block, from + me * block, block, cudaMemcpyDeviceToDevice,
+                                                s_->stream), w + ": this rank's own block");
+                   if (n == 1) return Status::Ok();
+                   DSRT_RETURN_IF_ERROR(s_->nccl_locked(ncclGroupStart(), "ncclGroupStart", w, until));
+                   for (size_t p = 0; p < n; ++p) {
+                     if (p == me) continue;
+                     ncclResult_t rc = ncclSend(from + p * block, block, ncclUint8, static_cast<int>(p), s_->comm,
+                                                s_->stream);
+                     if (rc == ncclSuccess || rc == ncclInProgress)
+                       rc = ncclRecv(to + p * block, block, ncclUint8, static_cast<int>(p), s_->comm, s_->stream);
+                     if (rc != ncclSuccess && rc != ncclInProgress) {
+                       ncclGroupEnd();
+                       return s_->nccl_locked(rc, "ncclSend/ncclRecv (all_to_all)", w, until);
+                     }
+                   }
+                   return s_->nccl_locked(ncclGroupEnd(), "ncclGroupEnd (all_to_all)", w, until);
+                 });
+  }
+
   // Enqueues one collective: ordered after the compute stream, host buffers staged in, body, a
   // completion event. A failure after anything was enqueued leaves the ranks out of step, so it
   // breaks the communicator.
@@ -537,85 +510,9 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
 
 }  // namespace
 
-Status nccl_unique_id(void *out) {
-  if (out == nullptr) return Error(DSRT_ERR_INVALID_ARGUMENT, "nccl_unique_id: out is NULL");
-  ncclUniqueId id;
-  ncclResult_t rc = ncclGetUniqueId(&id);
-  if (rc != ncclSuccess)
-    return Error(DSRT_ERR_COMM, "ncclGetUniqueId failed: %s (%s); check the network interfaces NCCL may use "
-                                "(NCCL_SOCKET_IFNAME)", ncclGetErrorString(rc), ncclGetLastError(nullptr));
-  std::memcpy(out, &id, sizeof id);
-  return Status::Ok();
-}
+std::shared_ptr<Comm> nccl_comm_make(std::shared_ptr<Shared> shared) { return std::make_shared<NcclComm>(std::move(shared)); }
 
-Status nccl_comm_create(const void *id, int rank, int world_size, int device, std::shared_ptr<Comm> *out) {
-  if (out == nullptr || id == nullptr) return Error(DSRT_ERR_INVALID_ARGUMENT, "nccl_comm_create: NULL argument");
-  *out = nullptr;
-  if (world_size < 1 || rank < 0 || rank >= world_size)
-    return Error(DSRT_ERR_INVALID_ARGUMENT, "nccl_comm_create: rank %d is not in 0..%d", rank, world_size - 1);
-  int visible = 0;
-  cudaError_t err = cudaGetDeviceCount(&visible);
-  if (err != cudaSuccess || visible == 0) {
-    cudaGetLastError();
-    return Error(DSRT_ERR_DEVICE, "NCCL needs a CUDA GPU, but none is visible to this process (%s): check the "
-                                  "driver, nvidia-smi and CUDA_VISIBLE_DEVICES, or use MPI (dsrt_comm_create_from_env "
-                                  "under mpirun with DSRT_COMM=mpi)",
-                 err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
-  }
-  if (device < 0 || device >= visible)
-    return Error(DSRT_ERR_DEVICE, "NCCL rank %d: CUDA device %d does not exist (%d visible)", rank, device, visible);
-  auto shared = std::make_shared<Shared>();
-  shared->rank = rank;
-  shared->size = world_size;
-  shared->device = device;
-  shared->timeout_s = comm_timeout_seconds_from_env();
-  const std::string where = Format("NCCL rank %d of %d on cuda:%d", rank, world_size, device);
-  DSRT_CUDA_OK(cudaSetDevice(device), where);
-  DSRT_CUDA_OK(cudaStreamCreateWithFlags(&shared->stream, cudaStreamNonBlocking), where);
-  DSRT_CUDA_OK(cudaStreamCreateWithFlags(&shared->copy_stream, cudaStreamNonBlocking), where);
-  DSRT_CUDA_OK(cudaEventCreateWithFlags(&shared->ready, cudaEventDisableTiming), where);
-  cudaMemPoolProps props = {};
-  props.allocType = cudaMemAllocationTypePinned;
-  props.location.type = cudaMemLocationTypeDevice;
-  props.location.id = device;
-  DSRT_CUDA_OK(cudaMemPoolCreate(&shared->pool, &props), where + ": scratch memory pool");
-  uint64_t keep = UINT64_MAX;  // keep freed scratch for the next collective
-  DSRT_CUDA_OK(cudaMemPoolSetAttribute(shared->pool, cudaMemPoolAttrReleaseThreshold, &keep), where);
-
-  ncclUniqueId uid;
-  std::memcpy(&uid, id, sizeof uid);
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;  // creation returns at once and is polled, so a missing rank times out
-  ncclComm_t comm = nullptr;
-  ncclResult_t rc = ncclCommInitRankConfig(&comm, world_size, uid, rank, &config);
-  Clock::time_point until = deadline_after(shared->timeout_s);
-  while (rc == ncclInProgress && comm != nullptr) {
-    if (ncclCommGetAsyncError(comm, &rc) != ncclSuccess) rc = ncclInternalError;
-    if (rc != ncclInProgress) break;
-    if (Clock::now() >= until) {
-      ncclCommAbort(comm);
-      return Error(DSRT_ERR_COMM, "%s: creating the NCCL communicator did not complete within %g s: a rank did not "
-                                  "join (still starting, died, or got another id), or the ranks cannot reach each "
-                                  "other (NCCL_SOCKET_IFNAME, NCCL_DEBUG=INFO tells more)",
-                   where.c_str(), shared->timeout_s);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  if (rc != ncclSuccess) {
-    std::string detail = comm != nullptr ? ncclGetLastError(comm) : ncclGetLastError(nullptr);
-    if (comm != nullptr) ncclCommAbort(comm);
-    return Error(DSRT_ERR_COMM, "%s: ncclCommInitRankConfig failed: %s (%s)%s", where.c_str(), ncclGetErrorString(rc),
-                 detail.c_str(),
-                 rc == ncclInvalidUsage ? "; two ranks on one GPU are refused by NCCL: give each rank its own GPU or "
-                                          "use DSRT_COMM=staged under mpirun"
-                                        : "");
-  }
-  shared->comm = comm;
-  log_set_rank(rank);
-  *out = std::make_shared<NcclComm>(std::move(shared));
-  return Status::Ok();
-}
-
+}  // namespace nccl_internal
 }  // namespace dsrt
 
 #endif  // DSRT_HAVE_NCCL
