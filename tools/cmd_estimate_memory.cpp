@@ -27,6 +27,11 @@
 // ZeRO++ hpZ (--hpz K, zero_hpz_partition_size, stage 3): each GPU also holds a secondary 16-bit
 // partition of the trainable parameters over its group of K GPUs, 2T/K bytes (docs/zero.md);
 // DeepSpeed's estimator has no term for it, dsrt adds it to the GPU figure of the stage-3 rows.
+//
+// MiCS (--mics-shard-size K, mics_shard_size, stage 3): the model states are partitioned over a
+// shard group of K GPUs instead of the world (replicated across the groups), so the stage-3
+// formulas divide by K where DeepSpeed's divide by the world size: K/W more per GPU, and per node
+// the host and NVMe bytes of its GPUs' shards (G/K of the offloaded states instead of 1/nodes).
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -60,6 +65,7 @@ struct Choice {
   Place param = Place::kNone;
   bool zero_init = true;  // stage 3 only: parameters created already partitioned
   int64_t hpz = 1;        // stage 3: zero_hpz_partition_size (1: off)
+  int64_t mics = 0;       // stage 3: mics_shard_size (0: off, the world is one group)
 };
 
 // The bf16 mode (see the top): bytes per trainable parameter the optimizer side saves.
@@ -100,10 +106,11 @@ Estimate zero2(double params, const Hardware &hw, bool cpu_offload, double saved
 // DeepSpeed's estimate_zero3_model_states_mem_needs, with NVMe taking the share of the CPU-offload
 // host bytes that belongs to the state placed on NVMe (2Ψ for parameters, 16Ψ for the optimizer).
 Estimate zero3(double params, double largest_layer, const Hardware &hw, const Choice &c, double saved) {
-  const double total_gpus = double(hw.world_size);
-  const double gpus_factor = 1.0 / double(hw.nodes());
-  const double largest_layer_memory = 4 * largest_layer;
+  // MiCS partitions over the shard group; per node, its GPUs' shards (1/nodes without MiCS).
+  const double total_gpus = c.mics > 0 ? double(c.mics) : double(hw.world_size);
   const double g = double(hw.gpus_per_node);
+  const double gpus_factor = c.mics > 0 ? g / double(c.mics) : 1.0 / double(hw.nodes());
+  const double largest_layer_memory = 4 * largest_layer;
   Estimate e;
   if (c.optimizer == Place::kNone) {
     e.gpu_bytes = int64_t(largest_layer_memory + std::trunc((18 - saved) * params / total_gpus));
@@ -152,7 +159,8 @@ Estimate estimate_with_frozen(double trainable, double frozen, double largest_la
     e.gpu_bytes += e.hpz_bytes;
   }
   if (frozen <= 0) return e;
-  e.gpu_bytes += c.stage == 3 ? int64_t(std::trunc(2 * frozen / double(hw.world_size))) : int64_t(2 * frozen);
+  const double frozen_group = c.mics > 0 ? double(c.mics) : double(hw.world_size);
+  e.gpu_bytes += c.stage == 3 ? int64_t(std::trunc(2 * frozen / frozen_group)) : int64_t(2 * frozen);
   const bool loading_copy = c.optimizer == Place::kNone && (c.stage < 3 || !c.zero_init);
   if (loading_copy) e.host_bytes += int64_t(frozen * 4 * double(hw.gpus_per_node) * kBufferFactor);
   return e;
@@ -247,7 +255,8 @@ void print_help() {
   std::printf(
       "usage: dsrt estimate-memory --params N [--trainable-params T] [--world-size W] [--gpus-per-node G] [--stage S]\n"
       "                            [--offload-optimizer none|cpu|nvme] [--offload-param none|cpu|nvme]\n"
-      "                            [--largest-layer-params L] [--hpz K] [--gpu-memory SIZE] [--json]\n"
+      "                            [--largest-layer-params L] [--hpz K] [--mics-shard-size K]\n"
+      "                            [--gpu-memory SIZE] [--json]\n"
       "                            [--bf16-master-weights [--bf16-optimizer-states]]\n\n"
       "Memory for the model states (parameters, gradients, optimizer states) of an N-parameter model\n"
       "trained with mixed-precision Adam, per GPU and per host, for each ZeRO stage and offload choice.\n"
@@ -265,6 +274,8 @@ void print_help() {
       "  --hpz K                  ZeRO++ hpZ at stage 3 (zero_hpz_partition_size): adds the secondary\n"
       "                           16-bit partition over K GPUs, 2T/K bytes per GPU (K >= 1, at most W,\n"
       "                           dividing W)\n"
+      "  --mics-shard-size K      MiCS at stage 3 (mics_shard_size): the model states are partitioned\n"
+      "                           over shard groups of K GPUs (K dividing W) and replicated across them\n"
       "  --gpu-memory SIZE        memory of one GPU (80G = 80 GiB, 80GB = 80e9 bytes): prints which\n"
       "                           configurations fit\n"
       "  --json                   machine-readable output, exact byte counts\n"
@@ -293,7 +304,7 @@ int run_estimate_memory(const std::vector<std::string> &args) {
   bool have_trainable = false;
   bool have_params = false, have_largest = false, have_gpu_memory = false, json = false;
   bool have_gpn = false, have_optimizer = false, have_param = false;
-  int64_t stage = -1, hpz = 1;
+  int64_t stage = -1, hpz = 1, mics = 0;
   Hardware hw;
   Place optimizer = Place::kNone, param = Place::kNone;
   Bf16Mode bf16;
@@ -342,6 +353,9 @@ int run_estimate_memory(const std::vector<std::string> &args) {
       have_gpn = true;
     } else if (key == "--hpz") {
       if (!parse_int(value, 1, 1 << 24, &hpz)) return usage_error("--hpz: '%s' is not a positive integer", value);
+    } else if (key == "--mics-shard-size") {
+      if (!parse_int(value, 1, 1 << 24, &mics))
+        return usage_error("--mics-shard-size: '%s' is not a positive integer", value);
     } else if (key == "--stage") {
       if (!parse_int(value, 0, 3, &stage)) return usage_error("--stage: '%s' is not 0, 1, 2 or 3", value);
     } else if (key == "--offload-optimizer") {
@@ -373,6 +387,11 @@ int run_estimate_memory(const std::vector<std::string> &args) {
   if (hpz > hw.world_size) hpz = hw.world_size;  // as DeepSpeed: never larger than the world
   if (hw.world_size % hpz != 0) return usage_error("--hpz must divide --world-size (hpZ groups tile the world)%s", "");
   if (hpz > 1 && stage != -1 && stage != 3) return usage_error("--hpz needs stage 3 (it partitions parameters)%s", "");
+  if (mics > 0 && hw.world_size % mics != 0)
+    return usage_error("--mics-shard-size must divide --world-size (MiCS shard groups tile the world)%s", "");
+  if (mics > 0 && stage != -1 && stage != 3)
+    return usage_error("--mics-shard-size needs stage 3 (MiCS shards parameters)%s", "");
+  if (mics > 0 && hpz > 1) return usage_error("--mics-shard-size and --hpz exclude each other (as the config keys)%s", "");
   if (stage == 3 && !have_largest)
     return usage_error("--stage 3 needs --largest-layer-params L (DeepSpeed's estimator needs it too)%s", "");
   if (bf16.states && !bf16.master)
@@ -393,6 +412,7 @@ int run_estimate_memory(const std::vector<std::string> &args) {
     if (have_optimizer && optimizer != Place::kNone && s == 0) continue;
     for (Choice c : choices_for_stage(s, have_optimizer, optimizer, have_param, param)) {
       if (s == 3) c.hpz = hpz;
+      if (s == 3) c.mics = mics;
       if (bf16.runs(c)) rows.push_back(c);
     }
   }
@@ -407,10 +427,10 @@ int run_estimate_memory(const std::vector<std::string> &args) {
   if (json) {
     std::printf("{\n  \"params\": %.0f,\n  \"trainable_params\": %.0f,\n  \"largest_layer_params\": %.0f,\n  \"world_size\": %lld,\n"
                 "  \"gpus_per_node\": %lld,\n  \"nodes\": %lld,\n  \"additional_buffer_factor\": %.1f,\n"
-                "  \"bf16_master_weights\": %s,\n  \"bf16_optimizer_states\": %s,\n  \"hpz_partition_size\": %lld,\n",
+                "  \"bf16_master_weights\": %s,\n  \"bf16_optimizer_states\": %s,\n  \"hpz_partition_size\": %lld,\n  \"mics_shard_size\": %lld,\n",
                 params, trainable, largest_layer, (long long)hw.world_size, (long long)hw.gpus_per_node,
                 (long long)hw.nodes(), kBufferFactor, bf16.master ? "true" : "false", bf16.states ? "true" : "false",
-                (long long)hpz);
+                (long long)hpz, (long long)mics);
     if (have_gpu_memory) std::printf("  \"gpu_memory_bytes\": %.0f,\n", gpu_memory);
     std::printf("  \"configurations\": [\n");
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -447,6 +467,9 @@ int run_estimate_memory(const std::vector<std::string> &args) {
   if (hpz > 1 && have_largest)
     std::printf("\nStage 3 rows include hpZ's secondary partition over %lld GPUs: %s per GPU.\n", (long long)hpz,
                 gib(int64_t(std::trunc(2 * trainable / double(hpz)))).c_str());
+  if (mics > 0 && have_largest)
+    std::printf("\nStage 3 rows partition the model states over MiCS shard groups of %lld GPUs (replicated %lld times).\n",
+                (long long)mics, (long long)(hw.world_size / mics));
   if (stage == -1 && !have_largest)
     std::printf("\n(stage 3 not shown: give --largest-layer-params L, as DeepSpeed's estimator needs it)\n");
   if (have_gpu_memory) {

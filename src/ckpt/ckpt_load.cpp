@@ -128,7 +128,7 @@ Status stage(Engine &engine, const std::string &tag_dir, Staged *out) {
     return st;
   };
 
-  const std::vector<OwnedSegment> segments = part.owned_segments(engine.rank());
+  const std::vector<OwnedSegment> segments = part.owned_segments(engine.part_rank());
   // NVMe: commit() writes the whole partition in one call per stream (one pass over each swap
   // array instead of one per segment), so the elements no segment covers keep their values.
   const std::vector<Gap> gaps = engine.nvme_offload() ? gaps_between(segments, elems) : std::vector<Gap>();
@@ -173,7 +173,7 @@ Status commit(Engine &engine, const Staged &staged) {
     // Host-resident states are written through their pointers; states in GPU memory (no host
     // pointer) through write_partition_state, one segment at a time from the host staging.
     Device &device = const_cast<Device &>(engine.device());
-    const std::vector<OwnedSegment> segments = engine.partitioning().owned_segments(engine.rank());
+    const std::vector<OwnedSegment> segments = engine.partitioning().owned_segments(engine.part_rank());
     for (size_t s = 0; s < staged.streams.size(); ++s) {
       const int state = static_cast<int>(s) - 1;
       float *dst = state < 0 ? engine.master_partition() : engine.optimizer_state(state);

@@ -69,7 +69,7 @@ Status write_shard(Engine &engine, const std::string &path, int as_rank, uint64_
   const std::vector<OwnedSegment> segments = part.owned_segments(as_rank);
   ShardHeader header;
   header.rank = as_rank;
-  header.world_size = engine.world_size();
+  header.world_size = engine.part_size();
   header.num_streams = 1 + static_cast<uint32_t>(engine.num_optimizer_states());
   for (const OwnedSegment &s : segments) header.elems_per_stream += static_cast<uint64_t>(s.count);
   header.block_bytes = block_bytes;
@@ -146,7 +146,7 @@ Manifest build_manifest(const Engine &engine, const std::string &tag, uint64_t s
   Manifest m;
   m.tag = tag;
   m.save_id = save_id;
-  m.world_size = engine.world_size();
+  m.world_size = engine.part_size();  // MiCS: the shard group; replicas hold the same state
   m.zero_stage = part.stage();
   m.working_dtype = dtype_name(engine.working_dtype());
   m.optimizer = kOptimizerTypes[static_cast<int>(config.optimizer.type)];
@@ -170,7 +170,7 @@ Manifest build_manifest(const Engine &engine, const std::string &tag, uint64_t s
                                 engine.param_groups().get_raw(g, static_cast<HyperName>(i)));
     m.groups.push_back(std::move(group));
   }
-  for (int r = 0; r < engine.world_size(); ++r) {
+  for (int r = 0; r < engine.part_size(); ++r) {
     if (!rank_writes(part, r)) continue;
     ManifestShard shard;
     shard.rank = r;
@@ -272,19 +272,23 @@ Status save_checkpoint(Engine &engine, const std::string &dir, const std::string
   }
   DSRT_RETURN_IF_ERROR(agree_on_status(comm, status).with_context("save_checkpoint: preparing '" + dir + "'"));
 
-  const size_t world = static_cast<size_t>(comm.size());
+  // One shard per rank of the partitioning group (MiCS: the shard group; only its first replica,
+  // the first shard group, writes, the others hold the same state).
+  const size_t world = static_cast<size_t>(engine.part_size());
+  const int part_rank = engine.part_rank();
   std::vector<uint64_t> bytes(world, 0), crcs(world, 0);
   // With node-local storage every node needs rank 0's replicated stage-0 shard: each node's
   // leader writes the same bytes (its replica) into its own folder.
   const bool replicated = engine.partitioning().stage() == 0;
-  const int as_rank = replicated ? 0 : comm.rank();
-  if (!replicated || comm.rank() == 0 || (config.checkpoint.use_node_local_storage && leader)) {
+  const int as_rank = replicated ? 0 : part_rank;
+  if ((!replicated && engine.replica_index() == 0) || comm.rank() == 0 ||
+      (config.checkpoint.use_node_local_storage && leader)) {
     uint64_t b = 0;
     uint32_t c = 0;
     status = write_shard(engine, join_file_path(temp_dir, shard_file_name(as_rank)), as_rank, save_id, block_bytes, &b, &c);
-    if (as_rank == comm.rank()) {
-      bytes[static_cast<size_t>(comm.rank())] = b;
-      crcs[static_cast<size_t>(comm.rank())] = c;
+    if (as_rank == part_rank) {
+      bytes[static_cast<size_t>(part_rank)] = b;
+      crcs[static_cast<size_t>(part_rank)] = c;
     }
   }
   status = agree_on_status(comm, status);

@@ -24,10 +24,10 @@ Status gather_working_tensor(Engine &engine, size_t t, std::vector<uint8_t> *out
                                      out->size(), nullptr));
     return device.synchronize(nullptr);
   }
-  const int world = engine.world_size();
+  const int world = engine.part_size();  // MiCS: the shard group holds the whole tensor
   std::vector<size_t> counts(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) counts[static_cast<size_t>(r)] = static_cast<size_t>(part.shard_layout().owned_range(t, r).size());
-  const OwnedSegment mine = part.owned_piece(t, engine.rank());
+  const OwnedSegment mine = part.owned_piece(t, engine.part_rank());
   std::vector<uint8_t> send(static_cast<size_t>(mine.count) * wsize + 1);
   if (mine.count > 0 && working == nullptr) {
     // offload_param between steps: the shard is copied from host memory ("cpu", or "nvme" under
@@ -47,7 +47,7 @@ Status gather_working_tensor(Engine &engine, size_t t, std::vector<uint8_t> *out
     return Status::Ok();
   }
   CommHandle handle;
-  DSRT_RETURN_IF_ERROR(engine.comm().all_gather_v(send.data(), out->data(), counts.data(), dtype, &handle));
+  DSRT_RETURN_IF_ERROR(engine.partition_comm().all_gather_v(send.data(), out->data(), counts.data(), dtype, &handle));
   return handle->wait();
 }
 

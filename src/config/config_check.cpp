@@ -82,8 +82,7 @@ void Config::check(std::vector<Problem> *errors) {
     const Value &value = entry.second;
     if (!spec || value.kind == Value::Kind::Auto || value.kind == Value::Kind::Null || value == spec->default_value)
       continue;
-    // DeepSpeed turns MiCS on only for a shard size above 0, and hpZ only for a partition above 1.
-    if (entry.first == "zero_optimization.mics_shard_size" && value.number <= 0) continue;
+    // DeepSpeed turns hpZ on only for a partition above 1.
     if (entry.first == "zero_optimization.zero_hpz_partition_size" && value.number <= 1) continue;
     const std::string setting = entry.first + " = " + value.to_text();
     switch (spec->support) {

@@ -180,6 +180,25 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
   // hpZ is a stage-3 partitioning (DeepSpeed reads it only there); 0 means off, like 1.
   z.zero_hpz_partition_size = std::max<int64_t>(1, i64(zp + "zero_hpz_partition_size", 1));
   if (z.stage != 3) z.zero_hpz_partition_size = 1;
+  // MiCS (docs/zero.md): stage 3 only, groups of consecutive ranks that tile the world.
+  z.mics_shard_size = i64(zp + "mics_shard_size", -1);
+  if (z.mics_shard_size <= 0) z.mics_shard_size = -1;
+  if (z.mics_shard_size > 0) {
+    if (z.stage != 3)
+      return Error(DSRT_ERR_CONFIG,
+                   "zero_optimization.mics_shard_size %lld needs ZeRO stage 3 (MiCS shards parameters), but the stage "
+                   "is %d; set zero_optimization.stage to 3 or mics_shard_size to -1",
+                   static_cast<long long>(z.mics_shard_size), z.stage);
+    if (z.mics_shard_size > world_size || world_size % z.mics_shard_size != 0)
+      return Error(DSRT_ERR_CONFIG,
+                   "zero_optimization.mics_shard_size %lld does not divide the world size %d: MiCS shard groups of "
+                   "consecutive ranks must tile the world; use a divisor of %d",
+                   static_cast<long long>(z.mics_shard_size), world_size, world_size);
+    if (z.zero_hpz_partition_size > 1)
+      return Error(DSRT_ERR_CONFIG,
+                   "zero_optimization.mics_shard_size and zero_hpz_partition_size are both set: MiCS and hpZ are two "
+                   "different ways to keep parameter gathers inside a group; choose one (set the other to -1 / 1)");
+  }
   for (OffloadConfig *offload : {&z.offload_optimizer, &z.offload_param}) {
     const bool is_param = offload == &z.offload_param;
     const std::string p = zp + (is_param ? "offload_param." : "offload_optimizer.");

@@ -229,10 +229,11 @@ std::vector<KeySpec> build_schema_keys() {
                    "ZeRO++ quantized non-trainable weights are not implemented; set it to false"));
   k.push_back(with(B(z + "zero_quantized_gradients", false), Support::Unsupported,
                    "ZeRO++ quantized gradient communication (qgZ) is not implemented; set it to false"));
-  k.push_back(with(I(z + "mics_shard_size", -1, -1), Support::Unsupported,
-                   "MiCS sharding is not implemented; set it to -1"));
+  // MiCS: removed by DeepSpeed 0.19; dsrt keeps the meaning of earlier versions (docs/zero.md).
+  k.push_back(I(z + "mics_shard_size", -1, -1));
   k.push_back(with(B(z + "mics_hierarchical_params_gather", false), Support::Unsupported,
-                   "MiCS hierarchical gathering is not implemented; set it to false"));
+                   "MiCS's two-step (intra-node, then inter-node) parameter gather is not implemented; set it to "
+                   "false (the single-step gather inside the shard group gives the same values)"));
   k.push_back(with(B(z + "memory_efficient_linear", true), Support::HostSide,
                    "the linear layers belong to the host's model"));
   k.push_back(with(B(z + "pipeline_loading_checkpoint", false), Support::Ignored,

@@ -105,6 +105,10 @@ struct ZeroConfig {
   bool stage3_gather_16bit_weights_on_model_save = false;
   // ZeRO++ hpZ: ranks per secondary-partition group (1 or 0: off). Stage 3 only; 1 below it.
   int64_t zero_hpz_partition_size = 1;
+  // MiCS (DeepSpeed <= 0.18's mics_shard_size; a dsrt extension since 0.19 removed it): ranks per
+  // shard group at stage 3, parameters/gradients/optimizer states partitioned inside the group and
+  // replicated across groups. 0 or below: off (every rank one group).
+  int64_t mics_shard_size = -1;
   OffloadConfig offload_optimizer;
   OffloadConfig offload_param;  // buffer_count defaults to 5 here
 };

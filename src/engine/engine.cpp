@@ -134,6 +134,7 @@ Status Engine::create(const TrainConfig &config, std::shared_ptr<Comm> comm, std
     }
   }
   engine->comm_ = std::move(comm);
+  engine->part_comm_ = engine->comm_;  // MiCS's shard group replaces it at build
   logf(DSRT_LOG_INFO, "engine device: %s (%s)", engine->device_->name(), choice.reason.c_str());
   DSRT_RETURN_IF_ERROR(optimizer_backend_create(*engine->device_, nullptr, &engine->backend_));
   DSRT_RETURN_IF_ERROR(engine->device_->create_event(&engine->order_event_));
@@ -330,17 +331,18 @@ Status Engine::build_impl() {
   DSRT_RETURN_IF_ERROR(groups_.check_consistent().with_context("build"));
   DSRT_RETURN_IF_ERROR(check_rank_agreement());
   DSRT_RETURN_IF_ERROR(check_frozen_agreement());
+  DSRT_RETURN_IF_ERROR(mics_build());
   std::vector<int64_t> numels;
   for (const TensorInfo &t : tensors_) numels.push_back(t.numel);
-  DSRT_RETURN_IF_ERROR(part_.build(numels, config_.zero.stage, comm_->size()));
+  DSRT_RETURN_IF_ERROR(part_.build(numels, config_.zero.stage, part_comm_->size()));
   DSRT_RETURN_IF_ERROR(allocate_states());
 
   // Masters from the hosts' initial values (identical on every rank by contract).
   if (config_.zero.offload_optimizer.device == OffloadDevice::Nvme) {
-    DSRT_RETURN_IF_ERROR(nvme_build(part_.owned_segments(rank())));
+    DSRT_RETURN_IF_ERROR(nvme_build(part_.owned_segments(part_rank())));
   } else {
     // The masters may be device memory (and bf16): copy_state converts and copies through the device.
-    for (const OwnedSegment &seg : part_.owned_segments(rank())) {
+    for (const OwnedSegment &seg : part_.owned_segments(part_rank())) {
       const TensorInfo &info = tensors_[seg.tensor];
       if (!info.init.empty())
         DSRT_RETURN_IF_ERROR(copy_state(-1, static_cast<size_t>(seg.part_offset), static_cast<size_t>(seg.count),
@@ -355,7 +357,7 @@ Status Engine::build_impl() {
                                                      part_.flat_layout().tensor_offset(t)));
   } else {
     // The masters are a copy of the initial values (or zeros), so convert from those directly.
-    for (const OwnedSegment &seg : part_.owned_segments(rank())) {
+    for (const OwnedSegment &seg : part_.owned_segments(part_rank())) {
       const TensorInfo &info = tensors_[seg.tensor];
       if (!info.init.empty())
         DSRT_RETURN_IF_ERROR(write_working_from_host(info.init.data() + seg.tensor_begin,
@@ -373,6 +375,7 @@ Status Engine::build_impl() {
   ro.prescale_gradients = config_.prescale_gradients;
   ro.predivide_factor = config_.gradient_predivide_factor;
   ro.accumulation_steps = config_.gradient_accumulation_steps;
+  ro.replica_comm = replica_comm_.get();
   if (stages_through_host()) {
     // Each range of the gradient partition goes to host memory as soon as it is final, while the
     // host's backward goes on (DeepSpeed's ZeRO-Offload overlaps this copy with backward too).
@@ -383,7 +386,7 @@ Status Engine::build_impl() {
           .with_context("copying reduced gradients to host memory (offload_optimizer)");
     };
   }
-  DSRT_RETURN_IF_ERROR(reducer_.init(&part_, comm_.get(), device_.get(), backend_.get(), ro));
+  DSRT_RETURN_IF_ERROR(reducer_.init(&part_, part_comm_.get(), device_.get(), backend_.get(), ro));
   reducer_.set_divide_by_accumulation(scale_wrt_gas_);
   reducer_.set_last_micro_step(boundary_override_);
 
@@ -397,11 +400,11 @@ Status Engine::build_impl() {
     std::vector<std::string> names;
     for (const TensorInfo &t : tensors_) names.push_back(t.name);
     coordinator_ = std::make_unique<ParamCoordinator>();
-    DSRT_RETURN_IF_ERROR(coordinator_->init(&part_, comm_.get(), device_.get(), co, working_.data(), std::move(names)));
+    DSRT_RETURN_IF_ERROR(coordinator_->init(&part_, part_comm_.get(), device_.get(), co, working_.data(), std::move(names)));
     DSRT_RETURN_IF_ERROR(hpz_build());
     if (config_.zero.offload_param.device != OffloadDevice::None) DSRT_RETURN_IF_ERROR(param_offload_build());
   }
-  DSRT_RETURN_IF_ERROR(frozen_.build(comm_.get(), device_.get(), working_dtype(), part_.stage()));
+  DSRT_RETURN_IF_ERROR(frozen_.build(part_comm_.get(), device_.get(), working_dtype(), part_.stage()));
   fix_step_lrs();
   built_ = true;
   timers_.reset();
@@ -488,8 +491,8 @@ Status Engine::read_fp32_impl(size_t t, float *out, uint64_t count) {
   if (count != static_cast<uint64_t>(info.numel))
     return Error(DSRT_ERR_INVALID_ARGUMENT, "read_fp32('%s'): count is %llu but the tensor has %lld elements",
                  info.name.c_str(), static_cast<unsigned long long>(count), static_cast<long long>(info.numel));
-  const OwnedSegment mine = part_.owned_piece(t, rank());
-  if (part_.stage() == 0 || comm_->size() == 1)
+  const OwnedSegment mine = part_.owned_piece(t, part_rank());
+  if (part_.stage() == 0 || part_comm_->size() == 1)
     return read_partition_state(-1, static_cast<size_t>(mine.part_offset), static_cast<size_t>(info.numel), out)
         .with_context(Format("read_fp32('%s')", info.name.c_str()));
   // Every rank contributes its piece into zeros; a sum with zeros is exact. A local read failure
@@ -500,7 +503,7 @@ Status Engine::read_fp32_impl(size_t t, float *out, uint64_t count) {
     local = read_partition_state(-1, static_cast<size_t>(mine.part_offset), static_cast<size_t>(mine.count),
                                  out + mine.tensor_begin);
   if (!local.ok()) std::fill(out, out + info.numel, 0.0f);
-  Status gathered = comm_->all_reduce_sync(out, static_cast<size_t>(info.numel), DSRT_F32, ReduceOp::Sum)
+  Status gathered = part_comm_->all_reduce_sync(out, static_cast<size_t>(info.numel), DSRT_F32, ReduceOp::Sum)
       .with_context(Format("read_fp32('%s'): gathering the master value", info.name.c_str()));
   if (!gathered.ok()) return gathered;
   return local.with_context(Format("read_fp32('%s')", info.name.c_str()));
@@ -581,7 +584,7 @@ Status Engine::write_fp32(size_t t, const float *src, uint64_t count) {
     if (!std::isfinite(src[i]))
       return Error(DSRT_ERR_INVALID_ARGUMENT, "write_fp32('%s'): src[%lld] is not finite", info.name.c_str(),
                    static_cast<long long>(i));
-  const OwnedSegment mine = part_.owned_piece(t, rank());
+  const OwnedSegment mine = part_.owned_piece(t, part_rank());
   if (mine.count > 0)
     DSRT_RETURN_IF_ERROR(write_partition_state(-1, static_cast<size_t>(mine.part_offset),
                                                static_cast<size_t>(mine.count), src + mine.tensor_begin)
@@ -615,14 +618,14 @@ Status Engine::refresh_working_copies_impl() {
   const int64_t master_elem = static_cast<int64_t>(dtype_size(master_dtype_));
   if (host_optimizer()) {
     // Host masters: convert into the host staging and copy it up, as the step does.
-    for (const OwnedSegment &seg : part_.owned_segments(rank()))
+    for (const OwnedSegment &seg : part_.owned_segments(part_rank()))
       DSRT_RETURN_IF_ERROR(host_backend_->convert(master_.as<char>() + seg.part_offset * master_elem, master_dtype_,
                                                   host_working_.as<char>() + seg.part_offset * static_cast<int64_t>(wsize),
                                                   working_dtype(), static_cast<size_t>(seg.count)));
     DSRT_RETURN_IF_ERROR(upload_working_partition());
   }
   std::vector<float> staged;  // NVMe: one segment at a time
-  for (const OwnedSegment &seg : part_.owned_segments(rank())) {
+  for (const OwnedSegment &seg : part_.owned_segments(part_rank())) {
     if (host_optimizer()) break;
     const int64_t at = base + seg.part_offset;
     if (nvme_) {

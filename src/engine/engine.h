@@ -194,6 +194,15 @@ class Engine {
   const float *host_grad_partition() const { return host_grads_.as<float>(); }
   const ParamCoordinator *param_coordinator() const { return coordinator_.get(); }  // stage 3 only
   const Comm *hpz_group() const { return hpz_comm_.get(); }  // ZeRO++ hpZ group (null: off)
+  // The ranks the state is partitioned over: the world, or with MiCS (mics_shard_size) this rank's
+  // shard group. part_rank() indexes the partitioning (owned_segments); rank() stays the world's.
+  Comm &partition_comm() const { return *part_comm_; }
+  int part_rank() const { return part_comm_->rank(); }
+  int part_size() const { return part_comm_->size(); }
+  // MiCS: the ranks holding the same shard in every shard group (null: off). Replica 0 of each
+  // shard (the first shard group) writes checkpoint shards.
+  const Comm *replica_group() const { return replica_comm_.get(); }
+  int replica_index() const { return replica_comm_ ? replica_comm_->rank() : 0; }
   Status refresh_working_copies();
   const EngineCounters &counters() const { return counters_; }
   void set_counters(const EngineCounters &counters) {
@@ -328,6 +337,7 @@ class Engine {
  private:
   Status param_offload_build();
   Status hpz_build();  // engine_hpz.cpp
+  Status mics_build();  // engine_mics.cpp
   Status param_nvme_open();
   Status param_nvme_close();
   Status release_working_shards();
@@ -338,6 +348,8 @@ class Engine {
 
   TrainConfig config_;
   std::shared_ptr<Comm> comm_;
+  std::shared_ptr<Comm> part_comm_;     // partitioning group: comm_, or MiCS's shard group
+  std::shared_ptr<Comm> replica_comm_;  // MiCS: same shard index across shard groups (null: off)
   std::shared_ptr<Comm> hpz_comm_;  // ZeRO++ hpZ group (stage 3, zero_hpz_partition_size > 1); outlives coordinator_
   std::shared_ptr<Device> device_;  // shared with a host-staged communicator
   // The arithmetic on device_'s memory (gradients, non-offloaded masters and states, working

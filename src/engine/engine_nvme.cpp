@@ -144,7 +144,7 @@ Status Engine::nvme_range(int state, size_t offset, size_t count, float *data, b
 Status Engine::nvme_optimizer_update(float grad_scale, size_t first_group) {
   std::vector<OptimizerHyper> hypers;  // per parameter group
   for (size_t g = 0; g < groups_.size(); ++g) hypers.push_back(group_hyper(g));
-  const std::vector<OwnedSegment> segments = part_.owned_segments(rank());
+  const std::vector<OwnedSegment> segments = part_.owned_segments(part_rank());
   const dsrt_dtype wdt = working_dtype();
   const int64_t wsize = static_cast<int64_t>(dtype_size(wdt));
   // On a GPU the sub-groups read the host copy of the gradients and write the host staging of the

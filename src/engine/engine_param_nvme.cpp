@@ -140,7 +140,7 @@ Status Engine::param_offload_build() {
                    "than zero_optimization.offload_param.buffer_size (%lld elements); raise buffer_size to at least "
                    "%lld, or raise stage3_param_persistence_threshold to at least %lld to keep the tensor in memory",
                    tensors_[t].name.c_str(), static_cast<long long>(tensors_[t].numel), static_cast<long long>(shard),
-                   world_size(), static_cast<long long>(offload.buffer_size), static_cast<long long>(shard),
+                   part_size(), static_cast<long long>(offload.buffer_size), static_cast<long long>(shard),
                    static_cast<long long>(tensors_[t].numel));
     in_cpu = -1;
     largest = std::max(largest, shard);
@@ -277,7 +277,7 @@ Status Engine::read_working_shard(size_t t, void *dst) {
     const char *gathered = static_cast<const char *>(coordinator_->gathered_data(t));
     if (gathered == nullptr)
       return Error(DSRT_ERR_STATE, "read_working_shard: '%s' is persistent but not gathered", tensors_[t].name.c_str());
-    DSRT_RETURN_IF_ERROR(device_->copy(dst, gathered + static_cast<size_t>(rank()) * bytes, bytes, nullptr));
+    DSRT_RETURN_IF_ERROR(device_->copy(dst, gathered + static_cast<size_t>(part_rank()) * bytes, bytes, nullptr));
     return device_->synchronize(nullptr);
   }
   if (!param_nvme_) return Error(DSRT_ERR_STATE, "read_working_shard: the shard of '%s' is nowhere", tensors_[t].name.c_str());
@@ -294,7 +294,7 @@ Status Engine::read_working_shard(size_t t, void *dst) {
 Status Engine::param_nvme_write_shard(size_t t, const float *full) {
   if (coordinator_->persistent(t)) return Status::Ok();  // its gathered copy is overwritten instead
   coordinator_->drop_reads();  // a read ahead of t would be stale; and the buffers are needed here
-  const OwnedSegment mine = part_.owned_piece(t, rank());
+  const OwnedSegment mine = part_.owned_piece(t, part_rank());
   if (mine.count <= 0) return Status::Ok();
   const size_t wsize = dtype_size(working_dtype());
   const int64_t at = mine.part_offset - part_.shard_layout().shard_offset(t);

@@ -14,17 +14,17 @@
 namespace dsrt {
 
 Status Engine::gather_working_partitions() {
-  if (!part_.flat() || part_.stage() == 0 || comm_->size() == 1) return Status::Ok();
+  if (!part_.flat() || part_.stage() == 0 || part_comm_->size() == 1) return Status::Ok();
   const FlatLayout &flat = part_.flat_layout();
   const dsrt_dtype wdt = working_dtype();
   const size_t wsize = dtype_size(wdt);
   char *working = static_cast<char *>(working_.data());
   const int64_t p = flat.partition_size();
-  const int world = comm_->size();
+  const int world = part_comm_->size();
   // allgather_bucket_size 0: the whole partition in one all-gather (DeepSpeed's all_gather_into_tensor).
   const int64_t chunk = config_.zero.allgather_bucket_size > 0 ? config_.zero.allgather_bucket_size : std::max<int64_t>(p, 1);
   if (p <= chunk) {
-    return comm_->all_gather_sync(working + rank() * p * static_cast<int64_t>(wsize), working, static_cast<size_t>(p), wdt)
+    return part_comm_->all_gather_sync(working + part_rank() * p * static_cast<int64_t>(wsize), working, static_cast<size_t>(p), wdt)
         .with_context("all-gathering updated working copies");
   }
   // Chunks of each partition travel through a staging buffer (the partitions are not adjacent).
@@ -36,7 +36,7 @@ Status Engine::gather_working_partitions() {
   char *staging = static_cast<char *>(gather_staging_.data());
   for (int64_t off = 0; off < p; off += chunk) {
     const int64_t c = std::min(chunk, p - off);
-    DSRT_RETURN_IF_ERROR(comm_->all_gather_sync(working + (rank() * p + off) * static_cast<int64_t>(wsize), staging,
+    DSRT_RETURN_IF_ERROR(part_comm_->all_gather_sync(working + (part_rank() * p + off) * static_cast<int64_t>(wsize), staging,
                                                 static_cast<size_t>(c), wdt)
                              .with_context("all-gathering updated working copies"));
     for (int r = 0; r < world; ++r)
@@ -66,7 +66,7 @@ Status Engine::order_host_after_engine() {
 }
 
 int64_t Engine::working_partition_base() const {
-  return part_.flat() && part_.stage() > 0 ? part_.flat_layout().partition(rank()).begin : 0;
+  return part_.flat() && part_.stage() > 0 ? part_.flat_layout().partition(part_rank()).begin : 0;
 }
 
 const float *Engine::step_grads() const {
@@ -84,7 +84,7 @@ Status Engine::stage_host_grads() {
 }
 
 Status Engine::upload_working_partition() {
-  const std::vector<OwnedSegment> segments = part_.owned_segments(rank());
+  const std::vector<OwnedSegment> segments = part_.owned_segments(part_rank());
   const int64_t wsize = static_cast<int64_t>(dtype_size(working_dtype()));
   char *working = static_cast<char *>(working_.data()) + working_partition_base() * wsize;
   const char *staged = host_working_.as<char>();
@@ -116,7 +116,7 @@ Status Engine::write_working_from_host(const float *src, size_t n, int64_t elem_
 
 Status Engine::optimizer_update(float grad_scale) {
   if (nvme_) return nvme_optimizer_update(grad_scale, 0);
-  const std::vector<OwnedSegment> segments = part_.owned_segments(rank());
+  const std::vector<OwnedSegment> segments = part_.owned_segments(part_rank());
   const dsrt_dtype wdt = working_dtype();
   const int64_t wsize = static_cast<int64_t>(dtype_size(wdt));
   // Offloaded, the update runs on host memory and writes the working values into the host
@@ -209,8 +209,8 @@ Status Engine::optimizer_update(float grad_scale) {
     sums[segments[i].tensor] += param_sq[i];
     sums[n + segments[i].tensor] += update_sq[i];
   }
-  if (part_.stage() > 0 && comm_->size() > 1)
-    DSRT_RETURN_IF_ERROR(comm_->all_reduce_f64(sums.data(), sums.size(), ReduceOp::Sum)
+  if (part_.stage() > 0 && part_comm_->size() > 1)
+    DSRT_RETURN_IF_ERROR(part_comm_->all_reduce_f64(sums.data(), sums.size(), ReduceOp::Sum)
                              .with_context("all-reducing Lamb's per-tensor norms"));
   std::vector<double> param_norms, update_norms;
   for (const OwnedSegment &seg : segments) {
@@ -302,8 +302,17 @@ Status Engine::step_impl(dsrt_step_result *out) {
                              .with_context("step: the gradient norm"));
     if (part_.stage() > 0 && comm_->size() > 1) {
       double values[2] = {nonfinite || !std::isfinite(norm_sq) ? 0.0 : norm_sq, nonfinite ? 1.0 : 0.0};
-      DSRT_RETURN_IF_ERROR(comm_->all_reduce_f64(values, 2, ReduceOp::Sum)
-                               .with_context("step: all-reducing the gradient norm and overflow flag"));
+      // The partitions tile the partitioning group (MiCS: the shard group, whose replicas hold
+      // the same reduced gradients, so summing over the world would count them again).
+      if (part_comm_->size() > 1)
+        DSRT_RETURN_IF_ERROR(part_comm_->all_reduce_f64(values, 2, ReduceOp::Sum)
+                                 .with_context("step: all-reducing the gradient norm and overflow flag"));
+      if (replica_comm_) {
+        // MiCS: the replicas computed the same values; the world still agrees on them (a maximum of
+        // equal values), so a rank-local fault can never split the ranks into stepping and skipping.
+        DSRT_RETURN_IF_ERROR(comm_->all_reduce_f64(values, 2, ReduceOp::Max)
+                                 .with_context("step: agreeing on the gradient norm across MiCS replicas"));
+      }
       norm_sq = values[0];
       nonfinite = values[1] > 0.0;
     } else if (comm_->size() > 1) {

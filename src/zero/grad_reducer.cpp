@@ -32,6 +32,10 @@ Status GradReducer::init(const Partitioning *partitioning, Comm *comm, Device *d
   options_ = options;
   rank_ = comm->rank();
   world_ = comm->size();
+  if (options_.replica_comm != nullptr && options_.replica_comm->size() <= 1) options_.replica_comm = nullptr;
+  if (options_.replica_comm != nullptr && part_->stage() != 3)
+    return Error(DSRT_ERR_INVALID_ARGUMENT, "gradient reducer: MiCS replicas need ZeRO stage 3, not %d", part_->stage());
+  dp_world_ = world_ * (options_.replica_comm != nullptr ? options_.replica_comm->size() : 1);
   // 0 (DeepSpeed's meaning): no two gradients share a bucket.
   if (options_.bucket_elems < 0)
     return Error(DSRT_ERR_CONFIG, "zero_optimization.reduce_bucket_size is %lld; it must not be negative",
@@ -88,9 +92,9 @@ float *GradReducer::grad_partition() const {
 }
 
 double GradReducer::post_scale() const {
-  const double prescale = options_.prescale_gradients ? 1.0 / world_ : 1.0 / options_.predivide_factor;
+  const double prescale = options_.prescale_gradients ? 1.0 / dp_world_ : 1.0 / options_.predivide_factor;
   const double steps = divide_by_accumulation_ ? static_cast<double>(options_.accumulation_steps) : 1.0;
-  return 1.0 / (static_cast<double>(world_) * steps * prescale);
+  return 1.0 / (static_cast<double>(dp_world_) * steps * prescale);
 }
 
 bool GradReducer::window_open() const {
@@ -170,7 +174,7 @@ Status GradReducer::issue(size_t b) {
   bucket.issued = true;
   const dsrt_dtype wdt = options_.working_dtype;
   const size_t wsize = dtype_size(wdt);
-  const float prescale = static_cast<float>(options_.prescale_gradients ? 1.0 / world_ : 1.0 / options_.predivide_factor);
+  const float prescale = static_cast<float>(options_.prescale_gradients ? 1.0 / dp_world_ : 1.0 / options_.predivide_factor);
 
   if (part_->stage() <= 1) {
     // Local accumulation; an untouched bucket is all zeros.
@@ -297,11 +301,15 @@ Status GradReducer::complete(InFlight &op) {
   } else {
     const ShardLayout &shards = part_->shard_layout();
     const char *base = static_cast<const char *>(scattered ? op.recv.data() : op.send.data());
-    int64_t pos = 0;
-    if (!scattered) {
-      int64_t block = 0;
-      for (size_t t = bucket.first; t < bucket.last; ++t) block += shards.shard_size(t);
-      pos = rank_ * block;
+    int64_t block = 0;
+    for (size_t t = bucket.first; t < bucket.last; ++t) block += shards.shard_size(t);
+    int64_t pos = scattered ? 0 : rank_ * block;
+    if (options_.replica_comm != nullptr) {
+      // MiCS: the shard group's sum, summed again across the replicas of this shard.
+      DSRT_RETURN_IF_ERROR(options_.replica_comm
+                               ->all_reduce_sync(const_cast<char *>(base) + pos * static_cast<int64_t>(csize),
+                                                 static_cast<size_t>(block), cdt, ReduceOp::Sum)
+                               .with_context(Format("all-reducing gradient bucket %zu across MiCS replicas", op.bucket)));
     }
     for (size_t t = bucket.first; t < bucket.last; ++t) {
       const ElemRange owned = shards.owned_range(t, rank_);

@@ -20,6 +20,9 @@
 // tensor as backward produces them); the pool grows, logged at debug level, when the host holds
 // more buffers at once.
 //
+// MiCS (options.replica_comm): at stage 3 the reduce-scatter runs inside the shard group and its
+// result is all-reduced across the replicas of this rank's shard before it is accumulated.
+//
 // Accumulated values are raw sums: sum over ranks and micro-steps of prescale * gradient, where
 // prescale is 1/W with prescale_gradients, else 1/gradient_predivide_factor. post_scale() gives
 // the factor that turns them into the rank- and micro-step average of the (loss-scaled) gradient.
@@ -46,6 +49,11 @@ struct ReducerOptions {
   bool prescale_gradients = false;
   double predivide_factor = 1.0;
   int64_t accumulation_steps = 1;
+  // MiCS (stage 3): the ranks holding the same shard in the other shard groups (null or size 1:
+  // off). Each bucket's reduced block (after the reduce-scatter inside the shard group, the comm
+  // passed to init) is then summed across these replicas, and the averaging divisor is the whole
+  // data-parallel world: comm size * replica count. Borrowed; it must outlive the reducer.
+  Comm *replica_comm = nullptr;
   // Called on the last micro-step of an accumulation window for each range of grad_partition()
   // (part_offset, count in elements) as soon as its value for the window is final: per bucket as
   // its collective completes at stages 2-3 (so during backward with overlap_comm), per reduced
@@ -142,6 +150,7 @@ class GradReducer {
   OptimizerBackend *backend_ = nullptr;
   ReducerOptions options_;
   int rank_ = 0, world_ = 1;
+  int dp_world_ = 1;                   // world_ * MiCS replicas: the averaging divisor
 
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;      // per tensor

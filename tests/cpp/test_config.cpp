@@ -385,7 +385,7 @@ TEST(Config, BatchRuleErrorShowsTheNumbers) {
 TEST(Config, UnimplementedFeaturesAreRefusedNotDropped) {
   const char *const refused[] = {
       R"({"zero_optimization": {"stage": 3, "zero_quantized_weights": true}})",
-      R"({"zero_optimization": {"stage": 3, "mics_shard_size": 4}})",
+      R"({"zero_optimization": {"stage": 3, "mics_hierarchical_params_gather": true}})",
       R"({"optimizer": {"type": "OneBitAdam", "params": {"freeze_step": 10}}})",
       R"({"optimizer": {"type": "ZeroOneAdam", "params": {"anything": 1}}})",
       R"({"scheduler": {"type": "StepLR", "params": {"step_size": 10}}})",
@@ -438,6 +438,41 @@ TEST(Config, HpzPartitionSizeResolves) {
   EXPECT_EQ(Config::parse(R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": -2}})", "test", &negative)
                 .code(),
             DSRT_ERR_CONFIG);
+}
+
+// MiCS (a dsrt extension with DeepSpeed 0.18's meaning): stage 3 only, a shard size dividing the
+// world, not with hpZ; -1 and 0 are off.
+TEST(Config, MicsShardSizeResolves) {
+  struct Case {
+    const char *json;
+    int world;
+    int64_t want;  // 0: refused with DSRT_ERR_CONFIG, the message holding `error`
+    const char *error;
+  } cases[] = {
+      {R"({"zero_optimization": {"stage": 3, "mics_shard_size": 2}})", 4, 2, ""},
+      {R"({"zero_optimization": {"stage": 3, "mics_shard_size": 4}})", 4, 4, ""},
+      {R"({"zero_optimization": {"stage": 3, "mics_shard_size": 0}})", 4, -1, ""},
+      {R"({"zero_optimization": {"stage": 3}})", 4, -1, ""},
+      {R"({"zero_optimization": {"stage": 3, "mics_shard_size": 4}})", 6, 0, "does not divide the world size 6"},
+      {R"({"zero_optimization": {"stage": 3, "mics_shard_size": 8}})", 4, 0, "does not divide the world size 4"},
+      {R"({"zero_optimization": {"stage": 2, "mics_shard_size": 2}})", 4, 0, "needs ZeRO stage 3"},
+      {R"({"zero_optimization": {"stage": 3, "mics_shard_size": 2, "zero_hpz_partition_size": 2}})", 4, 0,
+       "choose one"},
+  };
+  for (const Case &c : cases) {
+    auto config = parse_ok(c.json);
+    ASSERT_NE(config, nullptr);
+    EXPECT_TRUE(config->unsupported().empty()) << c.json;
+    TrainConfig t;
+    Status s = config->resolve(c.world, &t);
+    if (c.want == 0) {
+      EXPECT_EQ(s.code(), DSRT_ERR_CONFIG) << c.json;
+      EXPECT_NE(s.message().find(c.error), std::string::npos) << s.message();
+    } else {
+      ASSERT_TRUE(s.ok()) << c.json << ": " << s.message();
+      EXPECT_EQ(t.zero.mics_shard_size, c.want) << c.json;
+    }
+  }
 }
 
 TEST(Config, HostSideSectionsOnlyWarn) {
