@@ -33,6 +33,8 @@ struct Variant {
 const std::vector<Variant> kVariants = {
     {"ZeRO-3", [](TrainConfig &, int) {}},
     {"hpZ", [](TrainConfig &c, int ranks_per_node) { c.zero.zero_hpz_partition_size = ranks_per_node; }},
+    // MiCS with a shard group per node (at one node: plain ZeRO-3).
+    {"MiCS", [](TrainConfig &c, int ranks_per_node) { c.zero.mics_shard_size = ranks_per_node; }},
 };
 
 [[noreturn]] void fail(const char *what, const Status &status) {
@@ -127,8 +129,23 @@ Row run(Comm &world, const Variant &v, const NodeLayout &nodes, const std::vecto
   if (s.ok()) s = engine->build();
   if (!s.ok()) fail(v.name, s);
   micro_step(*engine, grads);  // warm-up: trace, buffers
+  // The variant's own groups (hpZ's group; MiCS's shard and replica groups) and whether each stays
+  // inside a node (groups of consecutive ranks) or, a MiCS replica group of shard groups that fill
+  // whole nodes, has every peer on another node.
+  struct Group {
+    const Comm *comm;
+    bool inside_node, all_cross;
+    CommTraffic before;
+  };
+  std::vector<Group> groups;
+  auto add_group = [&](const Comm *g, bool inside, bool all_cross) {
+    if (g != nullptr && g != comm.get()) groups.push_back({g, inside, all_cross, g->traffic()});
+  };
+  add_group(engine->hpz_group(), engine->hpz_group() && nodes.ranks_per_node % engine->hpz_group()->size() == 0,
+            false);
+  add_group(&engine->partition_comm(), nodes.ranks_per_node % engine->part_size() == 0, false);
+  add_group(engine->replica_group(), false, engine->part_size() % nodes.ranks_per_node == 0);
   const CommTraffic world_before = comm->traffic();
-  const CommTraffic group_before = engine->hpz_group() ? engine->hpz_group()->traffic() : CommTraffic{};
   Row row;
   row.seconds = 1e30;
   for (int i = 0; i < steps; ++i) {
@@ -139,9 +156,12 @@ Row run(Comm &world, const Variant &v, const NodeLayout &nodes, const std::vecto
     if (!comm->all_reduce_f64(&seconds, 1, ReduceOp::Max).ok()) fail("timing", Status::Ok());
     row.seconds = std::min(row.seconds, seconds);
   }
-  const bool group_in_node = engine->hpz_group() && nodes.ranks_per_node % engine->hpz_group()->size() == 0;
   row.world = bytes_of(comm.get(), world_before, false, nodes.ranks_per_node);
-  row.group = bytes_of(engine->hpz_group(), group_before, group_in_node, nodes.ranks_per_node);
+  for (const Group &g : groups) {
+    const Bytes b = bytes_of(g.comm, g.before, g.inside_node, nodes.ranks_per_node);
+    row.group.total += b.total;
+    row.group.cross += g.all_cross ? b.total : b.cross;
+  }
   // The counters include the timing all-reduces and barriers (8 bytes each): negligible here.
   row.world.total /= steps, row.world.cross /= steps, row.group.total /= steps, row.group.cross /= steps;
   return row;
