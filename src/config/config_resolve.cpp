@@ -183,6 +183,8 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
   // MiCS (docs/zero.md): stage 3 only, groups of consecutive ranks that tile the world.
   z.mics_shard_size = i64(zp + "mics_shard_size", -1);
   if (z.mics_shard_size <= 0) z.mics_shard_size = -1;
+  z.mics_hierarchical_params_gather =
+      z.mics_shard_size > 0 && flag(zp + "mics_hierarchical_params_gather", z.mics_hierarchical_params_gather);
   if (z.mics_shard_size > 0) {
     if (z.stage != 3)
       return Error(DSRT_ERR_CONFIG,

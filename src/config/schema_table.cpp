@@ -231,9 +231,7 @@ std::vector<KeySpec> build_schema_keys() {
                    "ZeRO++ quantized gradient communication (qgZ) is not implemented; set it to false"));
   // MiCS: removed by DeepSpeed 0.19; dsrt keeps the meaning of earlier versions (docs/zero.md).
   k.push_back(I(z + "mics_shard_size", -1, -1));
-  k.push_back(with(B(z + "mics_hierarchical_params_gather", false), Support::Unsupported,
-                   "MiCS's two-step (intra-node, then inter-node) parameter gather is not implemented; set it to "
-                   "false (the single-step gather inside the shard group gives the same values)"));
+  k.push_back(B(z + "mics_hierarchical_params_gather", false));
   k.push_back(with(B(z + "memory_efficient_linear", true), Support::HostSide,
                    "the linear layers belong to the host's model"));
   k.push_back(with(B(z + "pipeline_loading_checkpoint", false), Support::Ignored,

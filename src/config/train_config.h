@@ -109,6 +109,8 @@ struct ZeroConfig {
   // shard group at stage 3, parameters/gradients/optimizer states partitioned inside the group and
   // replicated across groups. 0 or below: off (every rank one group).
   int64_t mics_shard_size = -1;
+  // MiCS: parameter all-gathers inside the node, then across nodes, when a shard group spans nodes.
+  bool mics_hierarchical_params_gather = false;
   OffloadConfig offload_optimizer;
   OffloadConfig offload_param;  // buffer_count defaults to 5 here
 };

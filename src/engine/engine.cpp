@@ -400,7 +400,7 @@ Status Engine::build_impl() {
     std::vector<std::string> names;
     for (const TensorInfo &t : tensors_) names.push_back(t.name);
     coordinator_ = std::make_unique<ParamCoordinator>();
-    DSRT_RETURN_IF_ERROR(coordinator_->init(&part_, part_comm_.get(), device_.get(), co, working_.data(), std::move(names)));
+    DSRT_RETURN_IF_ERROR(coordinator_->init(&part_, gather_comm_ ? gather_comm_.get() : part_comm_.get(), device_.get(), co, working_.data(), std::move(names)));
     DSRT_RETURN_IF_ERROR(hpz_build());
     if (config_.zero.offload_param.device != OffloadDevice::None) DSRT_RETURN_IF_ERROR(param_offload_build());
   }

@@ -350,6 +350,7 @@ class Engine {
   std::shared_ptr<Comm> comm_;
   std::shared_ptr<Comm> part_comm_;     // partitioning group: comm_, or MiCS's shard group
   std::shared_ptr<Comm> replica_comm_;  // MiCS: same shard index across shard groups (null: off)
+  std::shared_ptr<Comm> gather_comm_;   // MiCS hierarchical gather: part_comm_ gathering in two steps
   std::shared_ptr<Comm> hpz_comm_;  // ZeRO++ hpZ group (stage 3, zero_hpz_partition_size > 1); outlives coordinator_
   std::shared_ptr<Device> device_;  // shared with a host-staged communicator
   // The arithmetic on device_'s memory (gradients, non-offloaded masters and states, working

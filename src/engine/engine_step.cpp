@@ -250,6 +250,8 @@ Status Engine::step_impl(dsrt_step_result *out) {
   events_.clear();
   const double step_start = StepTimers::now();
   comm_->set_step(counters_.global_step);
+  for (const std::shared_ptr<Comm> &group : {part_comm_, replica_comm_, gather_comm_})
+    if (group && group != comm_) group->set_step(counters_.global_step);
 
   dsrt_step_result result;
   std::memset(&result, 0, sizeof result);

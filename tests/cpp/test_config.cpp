@@ -385,7 +385,6 @@ TEST(Config, BatchRuleErrorShowsTheNumbers) {
 TEST(Config, UnimplementedFeaturesAreRefusedNotDropped) {
   const char *const refused[] = {
       R"({"zero_optimization": {"stage": 3, "zero_quantized_weights": true}})",
-      R"({"zero_optimization": {"stage": 3, "mics_hierarchical_params_gather": true}})",
       R"({"optimizer": {"type": "OneBitAdam", "params": {"freeze_step": 10}}})",
       R"({"optimizer": {"type": "ZeroOneAdam", "params": {"anything": 1}}})",
       R"({"scheduler": {"type": "StepLR", "params": {"step_size": 10}}})",
@@ -452,6 +451,8 @@ TEST(Config, MicsShardSizeResolves) {
       {R"({"zero_optimization": {"stage": 3, "mics_shard_size": 2}})", 4, 2, ""},
       {R"({"zero_optimization": {"stage": 3, "mics_shard_size": 4}})", 4, 4, ""},
       {R"({"zero_optimization": {"stage": 3, "mics_shard_size": 0}})", 4, -1, ""},
+      {R"({"zero_optimization": {"stage": 3, "mics_shard_size": 2, "mics_hierarchical_params_gather": true}})", 4, 2,
+       ""},
       {R"({"zero_optimization": {"stage": 3}})", 4, -1, ""},
       {R"({"zero_optimization": {"stage": 3, "mics_shard_size": 4}})", 6, 0, "does not divide the world size 6"},
       {R"({"zero_optimization": {"stage": 3, "mics_shard_size": 8}})", 4, 0, "does not divide the world size 4"},
@@ -471,6 +472,8 @@ TEST(Config, MicsShardSizeResolves) {
     } else {
       ASSERT_TRUE(s.ok()) << c.json << ": " << s.message();
       EXPECT_EQ(t.zero.mics_shard_size, c.want) << c.json;
+      EXPECT_EQ(t.zero.mics_hierarchical_params_gather, std::string(c.json).find("gather\": true") != std::string::npos)
+          << c.json;
     }
   }
 }

@@ -47,10 +47,11 @@ void micro_step(Engine &engine, int step) {
   }
   for (size_t t = engine.num_tensors(); t-- > 0;) {
     void *data = nullptr;
-    ASSERT_TRUE(engine.acquire(t, &data, nullptr).ok());
+    dsrt_dtype working = DSRT_F32;
+    ASSERT_TRUE(engine.acquire(t, &data, &working).ok());
     const int64_t n = engine.tensor_numel(t);
     std::vector<float> weights(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) weights[i] = to_float(data, DSRT_F32, static_cast<size_t>(i));
+    for (int64_t i = 0; i < n; ++i) weights[i] = to_float(data, working, static_cast<size_t>(i));
     std::mt19937 rng(static_cast<uint32_t>(step * 7919 + t * 104729 + me * 31));
     std::normal_distribution<float> noise(0.0f, 0.5f);
     const Status written = testing_util::update_grad(engine, t, [&](void *buffer, dsrt_dtype dtype) {
@@ -165,6 +166,40 @@ TEST(Mics, MemoryMatchesEstimateMemory) {
     EXPECT_LE(held, estimated + slack) << "engine " << held << " bytes, estimate-memory " << estimated;
     EXPECT_GE(estimated, 18u * static_cast<uint64_t>(total / k) - 18u);
   }
+}
+
+// mics_hierarchical_params_gather with DSRT_RANKS_PER_NODE=2 standing in for nodes of two ranks:
+// at 4 ranks a shard group of 4 spans two nodes, so every parameter gather runs inside the node,
+// then across nodes; the gathered bytes are the same, so training is bitwise that of plain ZeRO-3
+// even in bf16, and the shard group's own communicator carries no all-gather.
+TEST(Mics, HierarchicalGatherIsBitwiseTheOneStepGather) {
+  const int world = g_world->size();
+  if (world < 4) GTEST_SKIP() << "needs shard groups spanning two nodes of two ranks";
+  setenv("DSRT_RANKS_PER_NODE", "2", 1);
+  for (int k : {world, 2}) {
+    SCOPED_TRACE("mics_shard_size " + std::to_string(k));
+    TrainConfig c = config_for(3, DSRT_BF16);
+    c.zero.mics_shard_size = k;
+    c.zero.mics_hierarchical_params_gather = true;
+    TrainConfig one_step = c;
+    one_step.zero.mics_hierarchical_params_gather = false;
+    auto flat = make_engine(one_step, g_world);
+    std::shared_ptr<Comm> own;  // its own traffic counters (at k = W the shard group is this world)
+    ASSERT_TRUE(g_world->split(0, 0, &own).ok());
+    auto two = make_engine(c, own);
+    ASSERT_TRUE(flat && two);
+    const uint64_t before = two->partition_comm().traffic().all_gather;
+    train_steps(*flat, 3);
+    train_steps(*two, 3);
+    EXPECT_TRUE(bitwise_equal(masters(*flat), masters(*two)));
+    EXPECT_TRUE(bitwise_equal(partition_bytes(*flat), partition_bytes(*two)));
+    if (k == world) {
+      EXPECT_EQ(two->partition_comm().traffic().all_gather, before);  // the gathers went in two steps
+    } else {
+      EXPECT_GT(two->partition_comm().traffic().all_gather, before);  // a group inside a node: one step
+    }
+  }
+  unsetenv("DSRT_RANKS_PER_NODE");
 }
 
 // One folder for all ranks (named after rank 0's pid), emptied by rank 0.
