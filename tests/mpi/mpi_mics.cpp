@@ -85,12 +85,13 @@ std::vector<int> shard_sizes() {
 
 TEST(Mics, BitwiseEqualToZero3) {
   for (int k : shard_sizes())
-    for (int variant = 0; variant < 4; ++variant) {
+    for (int variant = 0; variant < 5; ++variant) {
       SCOPED_TRACE("mics_shard_size " + std::to_string(k) + ", " +
                    (variant == 0   ? "plain"
                     : variant == 1 ? "gradient_accumulation_steps 2"
                     : variant == 2 ? "offload_param cpu, overlap_comm"
-                                   : "reduce_scatter false, prescale_gradients"));
+                    : variant == 3 ? "reduce_scatter false, prescale_gradients"
+                                   : "offload_optimizer cpu"));
       auto configured = [&](int shard) {
         TrainConfig c = config(shard);
         if (variant == 1) c.gradient_accumulation_steps = 2;
@@ -102,6 +103,7 @@ TEST(Mics, BitwiseEqualToZero3) {
           c.zero.reduce_scatter = false;
           c.prescale_gradients = true;
         }
+        if (variant == 4) c.zero.offload_optimizer.device = OffloadDevice::Cpu;
         return c;
       };
       std::shared_ptr<Comm> mics_comm;
