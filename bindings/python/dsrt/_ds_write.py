@@ -180,6 +180,10 @@ def write(ckpt, ds_dir, stage=None, world_size=None, dtype=None, buffers=None, s
         client = {}
     if isinstance(config.get("scheduler"), dict):
         lr_scheduler = {"last_batch_iteration": int(m["scheduler"]["last_batch_iteration"])}
+        # dsrt keeps the groups' base lr and computes the schedule; DeepSpeed's param_groups hold
+        # the scheduled lr its next step uses.
+        for g, lr in enumerate(scheduled_lrs(m)):
+            group_values[g] = dict(group_values[g], lr=lr)
     else:
         lr_scheduler = client_scheduler
 
@@ -314,3 +318,41 @@ def _plain_pickle(blob):
     except Exception:
         return False
     return True
+
+
+def scheduled_lrs(manifest):
+    """The lr of each group for the next step under the config's scheduler at the checkpoint's
+    position, as DeepSpeed keeps it in param_groups: dsrt computes it (a one-element engine per
+    group loads a checkpoint with the same config, groups and position)."""
+    import tempfile
+    from . import _core, _dsrt_format
+    config = dict(manifest.get("config") or {})
+    for key in ("train_batch_size", "zero_optimization", "offload_optimizer", "offload_param"):
+        config.pop(key, None)  # a one-rank, stage-0 engine in memory: only the schedule matters
+    groups = manifest.get("param_groups") or [{}]
+    folder = tempfile.mkdtemp(prefix="dsrt-lr-")
+    try:
+        states = len(manifest["streams"])
+        _dsrt_format.write_checkpoint(
+            folder, "t", tensors=[("g%d" % g, (1,), g) for g in range(len(groups))],
+            streams=[[np.zeros(1, np.float32)] * len(groups) for _ in range(states)],
+            state_names=manifest["streams"][1:], optimizer=manifest["optimizer"],
+            working_dtype=manifest["working_dtype"], zero_stage=0, counters=manifest["counters"],
+            scaler=manifest["loss_scaler"], scheduler_iteration=manifest["scheduler"]["last_batch_iteration"],
+            client_state=b"", groups=groups, config=config)
+        engine = _core.Engine(config, _core.Comm.local(), device="cpu")
+        try:
+            for g in range(1, len(groups)):
+                engine.add_group()
+            for g in range(len(groups)):
+                tensor = engine.add_param("g%d" % g, shape=(1,), init=np.zeros(1, np.float32))
+                if g:
+                    tensor.group = g
+            engine.build()
+            engine.load_checkpoint(folder, "t")
+            return [engine.group_lr(g) for g in range(len(groups))]
+        finally:
+            engine.close()
+    finally:
+        import shutil
+        shutil.rmtree(folder, ignore_errors=True)
