@@ -5,7 +5,7 @@
 # zero_to_fp32 on that export, and dsrt's front continuing DeepSpeed's checkpoint; then a
 # checkpoint the front saved, exported and continued by DeepSpeed at 1 and 2 ranks
 # (scripts/deepspeed_ckpt_check.py has the rows). Not part of `make test`; the table is committed
-# in docs/deepspeed-parity.md.
+# in docs/huggingface.md ("DeepSpeed checkpoints").
 #
 #   scripts/check-deepspeed-checkpoints.sh [BUILD] [VENV]
 #     BUILD  the release build folder (default: build)

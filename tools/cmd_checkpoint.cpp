@@ -26,7 +26,7 @@ namespace {
 const char kUsage[] =
     "usage: dsrt checkpoint import DS_DIR DSRT_DIR [--tag TAG]\n"
     "       dsrt checkpoint export DSRT_DIR DS_DIR [--tag TAG] [--stage 0-3] [--world-size N]\n"
-    "                                              [--dtype fp32|bf16|fp16]\n"
+    "                                              [--dtype fp32|bf16|fp16] [--module-from FILE]\n"
     "\n"
     "Converts checkpoints between DeepSpeed's format and dsrt's, with everything training needs to\n"
     "go on: fp32 master weights, optimizer states, step counters, loss scaler, schedule, parameter\n"
@@ -40,6 +40,9 @@ const char kUsage[] =
     "           zero_to_fp32.py consolidates, laid out for --world-size ranks at ZeRO --stage with\n"
     "           --dtype working weights (each defaults to the dsrt checkpoint's own).\n"
     "  --tag    the tag to read (default: the one 'latest' names)\n"
+    "  --module-from FILE  (export) a model file (.safetensors or a torch state_dict) whose buffers\n"
+    "           and tied weights go into DeepSpeed's module state, which a dsrt checkpoint lacks\n"
+    "           (e.g. the HF Trainer's checkpoint-N/model.safetensors)\n"
     "\n"
     "This command runs dsrt's Python module (python3 -m dsrt.ds_checkpoint), because DeepSpeed's\n"
     "files are torch.save pickles: it needs Python 3 with torch and dsrt's Python binding (not\n"

@@ -15,7 +15,7 @@ are read by a restricted unpickler that runs no code from them. Command line:
 
     python -m dsrt.ds_checkpoint import DS_DIR DSRT_DIR [--tag T]
     python -m dsrt.ds_checkpoint export DSRT_DIR DS_DIR [--tag T] [--stage S] [--world-size N]
-                                                          [--dtype fp32|bf16|fp16]
+                                                          [--dtype fp32|bf16|fp16] [--module-from FILE]
 (`dsrt checkpoint import|export` runs these.)"""
 
 import argparse
@@ -47,6 +47,53 @@ def _optimizer_name(state):
     return "Lion" if state.state_names == ["exp_avg"] else "AdamW"
 
 
+def _json_safe(value):
+    """The config as JSON dsrt's parser takes: non-finite numbers (the HF Trainer sets
+    steps_per_print to inf) are left out, other non-JSON values become strings."""
+    import math
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                continue
+            out[str(k)] = _json_safe(v)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value if not (isinstance(v, float) and not math.isfinite(v))]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def read_module_state(path):
+    """{name: tensor} of a model file: safetensors (read here, the safetensors package is not
+    needed) or a torch.save file of a state_dict (read through the restricted unpickler)."""
+    import json
+    import torch
+    from . import _ds_pickle
+    path = os.fspath(path)
+    if not path.endswith(".safetensors"):
+        state = _ds_pickle.load(path)
+        return dict(state.get("module", state)) if isinstance(state, dict) else {}
+    dtypes = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64,
+              "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+              "BOOL": torch.bool}
+    with open(path, "rb") as f:
+        raw = f.read()
+    size = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + size])
+    base = 8 + size
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        data = bytearray(raw[base + begin:base + end])
+        tensor = torch.frombuffer(data, dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+        out[name] = tensor.view(dtypes[info["dtype"]]).reshape(info["shape"])
+    return out
+
+
 def import_checkpoint(ds_dir, dsrt_dir, tag=None, out_tag=None, order=None, save_latest=True):
     """Writes the DeepSpeed checkpoint in ds_dir (the folder with `latest`, or a tag folder; tag
     picks another) as a dsrt checkpoint in dsrt_dir under out_tag (default: the same tag). order:
@@ -64,6 +111,7 @@ def import_checkpoint(ds_dir, dsrt_dir, tag=None, out_tag=None, order=None, save
     index = {n: i for i, n in enumerate(state.names)}
     pick = [index[n] for n in names]
     client = dict(state.client_state)
+    config = _json_safe(state.config)
     if state.client_scheduler is not None:
         client[SCHEDULER_KEY] = state.client_scheduler
     tensors = [(state.names[i], state.shapes[i], state.groups[i]) for i in pick]
@@ -72,20 +120,24 @@ def import_checkpoint(ds_dir, dsrt_dir, tag=None, out_tag=None, order=None, save
         os.fspath(dsrt_dir), out_tag or state.tag, tensors=tensors, streams=streams, state_names=state.state_names,
         optimizer=_optimizer_name(state), working_dtype=state.working_dtype, zero_stage=state.stage,
         counters=state.counters, scaler=state.scaler, scheduler_iteration=state.scheduler_iteration,
-        client_state=pickle.dumps(client), groups=state.group_hyper, config=state.config,
+        client_state=pickle.dumps(client), groups=state.group_hyper, config=config,
         frozen=state.frozen, save_latest=save_latest)
 
 
-def export_checkpoint(dsrt_dir, ds_dir, tag=None, stage=None, world_size=None, dtype=None, buffers=None,
+def export_checkpoint(dsrt_dir, ds_dir, tag=None, stage=None, world_size=None, dtype=None, module_state=None,
                       save_latest=True):
     """Writes the dsrt checkpoint in dsrt_dir (tag: default `latest`) as a DeepSpeed checkpoint in
     ds_dir, laid out for `world_size` ranks at ZeRO `stage` with `dtype` working weights (each
-    defaults to the dsrt checkpoint's own). buffers: {name: tensor} to put in the module state
-    (dsrt checkpoints hold no buffers). Returns the tag folder written."""
+    defaults to the dsrt checkpoint's own). module_state: a model's state_dict (or the path of a
+    .safetensors / torch file holding one) whose entries that are not trained tensors of the
+    checkpoint (buffers, tied weights such as an LM head sharing the embedding) go into the
+    module state, so that DeepSpeed's strict module load finds them. Returns the tag folder."""
+    if isinstance(module_state, (str, os.PathLike)):
+        module_state = read_module_state(module_state)
     from . import _ds_write
     ckpt = _dsrt_format.Checkpoint(os.fspath(dsrt_dir), tag)
     return _ds_write.write(ckpt, os.fspath(ds_dir), stage=stage, world_size=world_size, dtype=dtype,
-                           buffers=buffers, save_latest=save_latest)
+                           buffers=module_state, save_latest=save_latest)
 
 
 def _main(argv):
@@ -107,6 +159,8 @@ def _main(argv):
     exp.add_argument("--world-size", type=int, help="number of DeepSpeed ranks (default: the dsrt checkpoint's)")
     exp.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), help="DeepSpeed's working precision "
                      "(default: the dsrt checkpoint's)")
+    exp.add_argument("--module-from", help="a model file (.safetensors, or a torch.save state_dict) whose buffers "
+                     "and tied weights go into the module state (e.g. the HF Trainer's model.safetensors)")
     args = parser.parse_args(argv)
     try:
         if args.command == "import":
@@ -115,7 +169,7 @@ def _main(argv):
             if args.world_size is not None and args.world_size < 1:
                 parser.error("--world-size must be at least 1")
             path = export_checkpoint(args.dsrt_dir, args.ds_dir, tag=args.tag, stage=args.stage,
-                                     world_size=args.world_size, dtype=args.dtype)
+                                     world_size=args.world_size, dtype=args.dtype, module_state=args.module_from)
     except (Unsupported, _dsrt_format.FormatError, OSError, pickle.UnpicklingError, ValueError, KeyError) as error:
         sys.stderr.write("dsrt checkpoint %s: %s\n" % (args.command, error))
         return 1
