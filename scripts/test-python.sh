@@ -26,6 +26,10 @@ mpi_flags=(--oversubscribe --bind-to none --mca btl self,vader)
 shared=$(mktemp -d)
 trap 'rm -rf "$shared"' EXIT
 mpirun "${mpi_flags[@]}" -np 2 -x DSRT_BUILD_DIR -x DSRT_LOG_LEVEL=error $py tests/python/mpi_torch_front.py "$shared"
+# DeepSpeed checkpoints of 2 ranks loaded by 2 dsrt ranks (the front imports them).
+ds_import=$(mktemp -d)
+mpirun "${mpi_flags[@]}" -np 2 -x DSRT_BUILD_DIR -x DSRT_LOG_LEVEL=error $py tests/python/mpi_ds_import.py "$ds_import"
+rm -rf "$ds_import"
 
 # The low-level module needs neither numpy nor torch: check it under another 3.11 interpreter too.
 other=$(command -v python3.11 || true)
