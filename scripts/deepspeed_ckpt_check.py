@@ -142,7 +142,6 @@ def cli(*args):
 
 
 def table(out_path):
-    import numpy as np
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
     rows = ["| case | DeepSpeed on dsrt's export vs on its own (loss, masters) | zero_to_fp32 of the export "
             "| dsrt on DeepSpeed's checkpoint vs DeepSpeed (loss, masters) | result |",

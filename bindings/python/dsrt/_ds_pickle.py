@@ -72,7 +72,6 @@ class _StorageType:
 
 
 def _rebuild_tensor(storage, offset, size, stride, *_ignored):
-    import torch
     return storage.as_strided(tuple(size), tuple(stride), offset)
 
 

@@ -9,6 +9,8 @@ import copyreg
 import io
 import os
 import pickle
+import shutil
+import tempfile
 import warnings
 
 import numpy as np
@@ -327,7 +329,6 @@ def scheduled_lrs(manifest):
     """The lr of each group for the next step under the config's scheduler at the checkpoint's
     position, as DeepSpeed keeps it in param_groups: dsrt computes it (a one-element engine per
     group loads a checkpoint with the same config, groups and position)."""
-    import tempfile
     from . import _core, _dsrt_format
     config = dict(manifest.get("config") or {})
     for key in ("train_batch_size", "zero_optimization", "offload_optimizer", "offload_param"):
@@ -357,5 +358,4 @@ def scheduled_lrs(manifest):
         finally:
             engine.close()
     finally:
-        import shutil
         shutil.rmtree(folder, ignore_errors=True)
