@@ -336,6 +336,13 @@ def test_front_checkpoint_exports_and_resumes(tmp_path):
         step(engine, s)
     engine.save_checkpoint(tmp_path / "dsrt", client_state={"epoch": 2})
     ds_checkpoint.export_checkpoint(tmp_path / "dsrt", tmp_path / "ds", stage=2, world_size=2)
+    # The model's buffer, which dsrt does not hold, reaches DeepSpeed's module state (the front
+    # saved it in module_extras.pt), so DeepSpeed's strict module load finds every key.
+    from dsrt import _ds_pickle
+    exported = _ds_pickle.load(str(tmp_path / "ds" / "global_step3" / "mp_rank_00_model_states.pt"))
+    assert exported["buffer_names"] == ["scale"]
+    assert list(exported["module"]) == list(model.state_dict())
+    assert torch.equal(exported["module"]["scale"], model.scale)
     reference = [step(engine, s) for s in (3, 4)]
     engine.close()
     model2 = make_model()

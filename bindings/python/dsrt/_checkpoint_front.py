@@ -14,6 +14,7 @@ import torch
 from . import _core
 
 _FROZEN_FILE = "frozen_parameters.pt"
+MODULE_EXTRAS_FILE = "module_extras.pt"  # buffers and tied weights, for an export to DeepSpeed's format
 _RECOVERY_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "deepspeed", "utils", "recovery_script.py")
 
 
@@ -65,6 +66,7 @@ class CheckpointMixin:
         tag_dir = os.path.join(save_dir, tag if tag is not None else "global_step%d" % self._engine.global_step)
         if self.global_rank == 0:
             _write_recovery_script(save_dir)
+            self._save_module_extras(tag_dir)
             if self._frozen and not exclude_frozen_parameters:
                 torch.save({name: param.detach().to("cpu", torch.float32) for name, param in self._frozen},
                            os.path.join(tag_dir, _FROZEN_FILE))
@@ -75,6 +77,16 @@ class CheckpointMixin:
                     with open(latest, "w") as f:
                         f.write(before)
         return True
+
+    def _save_module_extras(self, tag_dir):
+        """MODULE_EXTRAS_FILE: the model's state_dict entries dsrt does not train (buffers, and
+        tied weights under their second name), for an export to DeepSpeed's format, whose strict
+        module load wants them (ds_checkpoint.export_checkpoint reads it)."""
+        mine = set(self._engine.tensors) | {name for name, _ in self._frozen}
+        extras = {name: value.detach().cpu().clone() for name, value in self.module.state_dict().items()
+                  if name not in mine and torch.is_tensor(value)}
+        if extras:
+            torch.save(extras, os.path.join(tag_dir, MODULE_EXTRAS_FILE))
 
     def _load_frozen(self, load_dir, tag):
         path = os.path.join(load_dir, tag, _FROZEN_FILE)

@@ -195,14 +195,19 @@ def write(ckpt, ds_dir, stage=None, world_size=None, dtype=None, buffers=None, s
     module = collections.OrderedDict()
     for n in names:
         module[n] = tensor(values["fp32_master"][n], wdt) if stage != 3 else torch.empty(0, dtype=wdt)
-    buffer_names = []
-    for n, v in (buffers or {}).items():  # a model's state_dict: the entries that are not parameters
-        if n not in module and n not in {f for f, _, _ in ckpt.frozen}:
-            module[n] = v.detach().cpu() if hasattr(v, "detach") else v
-            buffer_names.append(n)
     frozen_shapes = collections.OrderedDict((n, torch.Size(s)) for n, s, _ in ckpt.frozen)
     for n, _, v in ckpt.frozen:
         module[n] = tensor(v, wdt)
+    buffer_names = []
+    frozen_names = {f for f, _, _ in ckpt.frozen}
+    for n, v in (buffers or {}).items():  # a model's state_dict: the entries that are not parameters
+        if n not in module and n not in frozen_names:
+            module[n] = v.detach().cpu() if hasattr(v, "detach") else v
+            buffer_names.append(n)
+    if buffers:  # in the model's state_dict order, as DeepSpeed saves the module
+        ordered = collections.OrderedDict((n, module[n]) for n in buffers if n in module)
+        ordered.update((n, v) for n, v in module.items() if n not in ordered)
+        module = ordered
     model_states = {
         "module": module, "buffer_names": buffer_names, "optimizer": None,
         "param_shapes": [collections.OrderedDict((n, torch.Size(shapes[n])) for n in g) for g in group_names],

@@ -131,11 +131,15 @@ def export_checkpoint(dsrt_dir, ds_dir, tag=None, stage=None, world_size=None, d
     defaults to the dsrt checkpoint's own). module_state: a model's state_dict (or the path of a
     .safetensors / torch file holding one) whose entries that are not trained tensors of the
     checkpoint (buffers, tied weights such as an LM head sharing the embedding) go into the
-    module state, so that DeepSpeed's strict module load finds them. Returns the tag folder."""
+    module state, so that DeepSpeed's strict module load finds them; default: the
+    module_extras.pt the PyTorch front saves in the tag folder, if any. Returns the tag folder."""
     if isinstance(module_state, (str, os.PathLike)):
         module_state = read_module_state(module_state)
     from . import _ds_write
     ckpt = _dsrt_format.Checkpoint(os.fspath(dsrt_dir), tag)
+    extras = os.path.join(ckpt.path, "module_extras.pt")  # written by the PyTorch front's save_checkpoint
+    if module_state is None and os.path.isfile(extras):
+        module_state = read_module_state(extras)
     return _ds_write.write(ckpt, os.fspath(ds_dir), stage=stage, world_size=world_size, dtype=dtype,
                            buffers=module_state, save_latest=save_latest)
 
