@@ -386,6 +386,8 @@ Status Engine::build_impl() {
   reducer_.set_divide_by_accumulation(scale_wrt_gas_);
   reducer_.set_last_micro_step(boundary_override_);
 
+  // Frozen tensors before the coordinator: at stage 3 they are its entries after the trainable ones.
+  DSRT_RETURN_IF_ERROR(frozen_.build(comm_.get(), device_.get(), working_dtype(), part_.stage()));
   if (!part_.flat()) {
     CoordinatorOptions co;
     co.working_dtype = working_dtype();
@@ -396,10 +398,11 @@ Status Engine::build_impl() {
     std::vector<std::string> names;
     for (const TensorInfo &t : tensors_) names.push_back(t.name);
     coordinator_ = std::make_unique<ParamCoordinator>();
-    DSRT_RETURN_IF_ERROR(coordinator_->init(&part_, comm_.get(), device_.get(), co, working_.data(), std::move(names)));
+    DSRT_RETURN_IF_ERROR(coordinator_->init(&part_, comm_.get(), device_.get(), co, working_.data(), std::move(names),
+                                            frozen_.entries()));
+    frozen_.attach(coordinator_.get(), tensors_.size());
     if (config_.zero.offload_param.device != OffloadDevice::None) DSRT_RETURN_IF_ERROR(param_offload_build());
   }
-  DSRT_RETURN_IF_ERROR(frozen_.build(comm_.get(), device_.get(), working_dtype(), part_.stage()));
   fix_step_lrs();
   built_ = true;
   timers_.reset();
@@ -636,8 +639,9 @@ Status Engine::memory(dsrt_memory_stats *out) const {
   if (built_) {
     // offload_param: working_ exists only during a step; the shards are in host memory or on NVMe.
     stats.working_params[dev] += working_.bytes();
-    // Frozen tensors: their working copies only (shards at stage 3) and gathered copies in use.
-    stats.working_params[dev] += frozen_.resident_bytes() + frozen_.gathered_bytes();
+    // Frozen tensors: their working copies only (shards at stage 3, unless offload_param moved them to
+    // host memory or NVMe, counted below); their gathered copies are the coordinator's.
+    stats.working_params[dev] += frozen_.resident_bytes();
     if (coordinator_) stats.working_params[dev] += coordinator_->gathered_bytes();
     stats.working_params[DSRT_LOC_HOST] += param_nvme_resident_bytes();
     stats.working_params[DSRT_LOC_NVME] += param_nvme_shard_bytes();
