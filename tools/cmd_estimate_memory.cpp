@@ -12,9 +12,12 @@
 // Frozen parameters (--trainable-params T < --params N: F = N - T frozen, as in LoRA fine-tuning)
 // have a 16-bit working copy only, no gradient, master or optimizer state (dsrt's frozen tensors):
 // the formulas above run with T, and the F frozen parameters add 2 bytes each on the GPU (divided
-// by the world size at stage 3; dsrt does not offload them) and, where the host figure is the
-// fp32 copy every process holds while loading the model (no optimizer offload at stages 0-2, and
-// stage 3 without zero_init), 4 bytes each per GPU of the host times the buffer factor.
+// by the world size at stage 3) and, where the host figure is the fp32 copy every process holds
+// while loading the model (no optimizer offload at stages 0-2, and stage 3 without zero_init), 4
+// bytes each per GPU of the host times the buffer factor. With parameter offload at stage 3 their
+// shards move with the trainable ones (dsrt's offload_param moves frozen shards too): the 2F/W
+// bytes per GPU go to the host (cpu, times the buffer factor, as DeepSpeed counts parameter
+// offload) or to NVMe, i.e. 2F per node divided by the node count.
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -121,6 +124,12 @@ Estimate estimate_with_frozen(double trainable, double frozen, double largest_la
                               const Choice &c) {
   Estimate e = estimate(trainable, largest_layer, hw, c);
   if (frozen <= 0) return e;
+  if (c.stage == 3 && c.optimizer != Place::kNone && c.param != Place::kNone) {
+    const double per_node = 2 * frozen / double(hw.nodes());
+    if (c.param == Place::kCpu) e.host_bytes += int64_t(per_node * kBufferFactor);
+    else e.nvme_bytes += int64_t(per_node);
+    return e;
+  }
   e.gpu_bytes += c.stage == 3 ? int64_t(std::trunc(2 * frozen / double(hw.world_size))) : int64_t(2 * frozen);
   const bool loading_copy = c.optimizer == Place::kNone && (c.stage < 3 || !c.zero_init);
   if (loading_copy) e.host_bytes += int64_t(frozen * 4 * double(hw.gpus_per_node) * kBufferFactor);
