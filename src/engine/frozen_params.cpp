@@ -185,5 +185,4 @@ uint64_t FrozenParams::resident_bytes() const {
   return total;
 }
 
-
 }  // namespace dsrt

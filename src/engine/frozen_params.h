@@ -3,7 +3,7 @@
 // they are kept out of the partition layout that the trainable tensors' master, states and
 // gradient partition share.
 //
-// Stages 0-2 (and one rank): every rank holds the whole working copy of each frozen tensor, in a
+// Stages 0-2: every rank holds the whole working copy of each frozen tensor, in a
 // buffer of its own; acquire returns it.
 // Stage 3 (any W): each tensor is split on its own into W shards of s = ceil(n/W) elements (rank r
 // holds elements [r*s, min((r+1)*s, n)), its buffer padded to s). The gathers belong to the stage-3
@@ -56,7 +56,7 @@ class FrozenParams {
 
   // Registration (before build). The caller checks name uniqueness and shape.
   void add(std::string name, std::vector<int64_t> shape, int64_t numel, std::vector<float> init);
-  // Allocates and fills the working copies; sharded at stage 3 on more than one rank.
+  // Allocates and fills the working copies; sharded at stage 3 (one shard of n elements on one rank).
   Status build(Comm *comm, Device *device, dsrt_dtype dtype, int stage);
   // Stage 3: acquire/release/refreshes go through the coordinator, whose entry base + i is tensor i.
   void attach(ParamCoordinator *coordinator, size_t base);
