@@ -9,6 +9,12 @@
 // offload (stage 3 only, as in DeepSpeed) moves the bytes DeepSpeed counts for CPU offload from
 // host memory to NVMe; with no NVMe in the choice, the formulas reduce to DeepSpeed's exactly.
 //
+// ZeRO-Offload++ (--offload-ratio R < 1, stage 3 with optimizer offload to the CPU; DeepSpeed's
+// estimator has no such option): a fraction 1 - R of the partition keeps its fp32 master and Adam
+// states (12 bytes per parameter) on the GPU instead of the host -- 12(1-R)Ψ/W more per GPU,
+// 12(1-R)Ψ per node less on the host (times the buffer factor); the fp32 gradient copy (4 bytes)
+// stays on the host. dsrt splits by sub-groups, so an engine's split is within one sub-group of it.
+//
 // Frozen parameters (--trainable-params T < --params N: F = N - T frozen, as in LoRA fine-tuning)
 // have a 16-bit working copy only, no gradient, master or optimizer state (dsrt's frozen tensors):
 // the formulas above run with T, and the F frozen parameters add 2 bytes each on the GPU (divided
@@ -50,6 +56,7 @@ struct Choice {
   Place optimizer = Place::kNone;
   Place param = Place::kNone;
   bool zero_init = true;  // stage 3 only: parameters created already partitioned
+  double ratio = 1.0;     // offload_optimizer.ratio (stage 3, optimizer "cpu")
 };
 
 struct Estimate {
@@ -95,6 +102,12 @@ Estimate zero3(double params, double largest_layer, const Hardware &hw, const Ch
   const double host_share = host_factor * gpus_factor;
   e.host_bytes = int64_t(params * (c.zero_init ? host_share : std::max(4 * g, host_share)) * kBufferFactor);
   e.nvme_bytes = int64_t(params * nvme_factor * gpus_factor);
+  if (c.optimizer == Place::kCpu && c.ratio < 1.0) {
+    // The device share of the masters and states (see the top).
+    const double moved = 12 * (1.0 - c.ratio) * params;
+    e.gpu_bytes += int64_t(std::trunc(moved / total_gpus));
+    e.host_bytes -= int64_t(moved * gpus_factor * kBufferFactor);
+  }
   return e;
 }
 
@@ -225,6 +238,7 @@ void print_help() {
   std::printf(
       "usage: dsrt estimate-memory --params N [--trainable-params T] [--world-size W] [--gpus-per-node G] [--stage S]\n"
       "                            [--offload-optimizer none|cpu|nvme] [--offload-param none|cpu|nvme]\n"
+      "                            [--offload-ratio R]\n"
       "                            [--largest-layer-params L] [--gpu-memory SIZE] [--json]\n\n"
       "Memory for the model states (parameters, gradients, optimizer states) of an N-parameter model\n"
       "trained with mixed-precision Adam, per GPU and per host, for each ZeRO stage and offload choice.\n"
@@ -237,6 +251,8 @@ void print_help() {
       "  --stage S                0, 1, 2 or 3 (default: every stage)\n"
       "  --offload-optimizer P    only this optimizer placement (stages 1-3; nvme needs stage 3)\n"
       "  --offload-param P        only this parameter placement (stage 3)\n"
+      "  --offload-ratio R        offload_optimizer.ratio (ZeRO-Offload++; needs --stage 3 --offload-optimizer cpu):\n"
+      "                           the other 1-R of the fp32 masters and Adam states stay on the GPU\n"
       "  --largest-layer-params L parameters of the largest layer (needed for stage 3, as in DeepSpeed;\n"
       "                           for a transformer usually the embedding, vocab*hidden)\n"
       "  --gpu-memory SIZE        memory of one GPU (80G = 80 GiB, 80GB = 80e9 bytes): prints which\n"
@@ -263,6 +279,8 @@ int run_estimate_memory(const std::vector<std::string> &args) {
   bool have_params = false, have_largest = false, have_gpu_memory = false, json = false;
   bool have_gpn = false, have_optimizer = false, have_param = false;
   int64_t stage = -1;
+  double ratio = 1.0;
+  bool have_ratio = false;
   Hardware hw;
   Place optimizer = Place::kNone, param = Place::kNone;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -308,6 +326,12 @@ int run_estimate_memory(const std::vector<std::string> &args) {
     } else if (key == "--offload-param") {
       if (!parse_place(value, &param)) return usage_error("--offload-param: '%s' is not none, cpu or nvme", value);
       have_param = true;
+    } else if (key == "--offload-ratio") {
+      char *end = nullptr;
+      ratio = std::strtod(value.c_str(), &end);
+      if (end == value.c_str() || *end != '\0' || !(ratio >= 0.0 && ratio <= 1.0))
+        return usage_error("--offload-ratio: '%s' is not a number in [0, 1]", value);
+      have_ratio = true;
     } else if (key == "--gpu-memory") {
       if (!parse_bytes(value, &gpu_memory)) return usage_error("--gpu-memory: '%s' is not a size (e.g. 80G, 40GB)", value);
       have_gpu_memory = true;
@@ -328,6 +352,8 @@ int run_estimate_memory(const std::vector<std::string> &args) {
     return usage_error("--offload-optimizer nvme needs --stage 3 (as in DeepSpeed)%s", "");
   if (have_optimizer && optimizer != Place::kNone && stage == 0)
     return usage_error("--offload-optimizer needs stage 1, 2 or 3%s", "");
+  if (have_ratio && ratio < 1.0 && (stage != 3 || !have_optimizer || optimizer != Place::kCpu))
+    return usage_error("--offload-ratio below 1 needs --stage 3 and --offload-optimizer cpu (as in DeepSpeed)%s", "");
   if (stage == 3 && !have_largest)
     return usage_error("--stage 3 needs --largest-layer-params L (DeepSpeed's estimator needs it too)%s", "");
 
@@ -338,7 +364,10 @@ int run_estimate_memory(const std::vector<std::string> &args) {
     if (have_param && param != Place::kNone && s != 3) continue;
     if (have_optimizer && optimizer == Place::kNvme && s != 3) continue;
     if (have_optimizer && optimizer != Place::kNone && s == 0) continue;
-    for (const Choice &c : choices_for_stage(s, have_optimizer, optimizer, have_param, param)) rows.push_back(c);
+    for (Choice c : choices_for_stage(s, have_optimizer, optimizer, have_param, param)) {
+      c.ratio = ratio;
+      rows.push_back(c);
+    }
   }
 
   bool any_fits = false;

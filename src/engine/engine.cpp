@@ -109,6 +109,30 @@ Status Engine::create(const TrainConfig &config, std::shared_ptr<Comm> comm, std
       return Error(DSRT_ERR_CONFIG, "zero_optimization.offload_optimizer.buffer_count is %lld; it must be at least 1",
                    static_cast<long long>(config.zero.offload_optimizer.buffer_count));
   }
+  if (config.zero.offload_optimizer.device != OffloadDevice::None && config.zero.offload_optimizer.ratio < 1.0) {
+    const double ratio = config.zero.offload_optimizer.ratio;
+    if (!(ratio >= 0.0))
+      return Error(DSRT_ERR_CONFIG, "zero_optimization.offload_optimizer.ratio is %g; it must be in [0, 1]", ratio);
+    if (config.zero.stage != 3)
+      return Error(DSRT_ERR_CONFIG,
+                   "zero_optimization.offload_optimizer.ratio %g < 1 (partial offload) needs ZeRO stage 3 (stage is %d), "
+                   "as in DeepSpeed; set ratio to 1 or use stage 3",
+                   ratio, config.zero.stage);
+    if (config.zero.offload_optimizer.device == OffloadDevice::Nvme)
+      return Error(DSRT_ERR_UNSUPPORTED,
+                   "zero_optimization.offload_optimizer.ratio %g < 1 with device \"nvme\" is not implemented; partial "
+                   "offload splits the optimizer between the device and host memory: use device \"cpu\", or ratio 1",
+                   ratio);
+    if (config.optimizer.type == OptimizerType::Lamb)
+      return Error(DSRT_ERR_UNSUPPORTED,
+                   "optimizer Lamb with zero_optimization.offload_optimizer.ratio < 1 is not implemented (its trust "
+                   "ratio needs whole-tensor norms over both halves); use Adam/AdamW (DeepSpeed allows CPU Adam only) "
+                   "or ratio 1");
+    if (config.zero.sub_group_size < 0)
+      return Error(DSRT_ERR_CONFIG, "zero_optimization.sub_group_size is %lld; it must not be negative (0: one "
+                   "sub-group per parameter)",
+                   static_cast<long long>(config.zero.sub_group_size));
+  }
   if (config.zero.offload_param.device != OffloadDevice::None && config.zero.stage != 3)
     return Error(DSRT_ERR_CONFIG, "zero_optimization.offload_param needs stage 3 (stage is %d)", config.zero.stage);
 
@@ -279,22 +303,40 @@ Status Engine::allocate_states() {
   // the CPU optimizer and host-side reads touch them, so they are page-locked only when
   // offload_optimizer.pin_memory asks (DeepSpeed's meaning). The transfer staging below is always pinned.
   const bool on_host = host_optimizer();
+  // offload_optimizer.ratio < 1: the first offload_split_ elements stay on the device.
+  offload_split_ = compute_offload_split();
+  const size_t split = static_cast<size_t>(offload_split_);
   auto allocate_state = [&](DeviceBuffer *out, const char *what) {
-    const Status s = on_host ? allocate_offloaded(part * sizeof(float), config_.zero.offload_optimizer, out)
+    const Status s = on_host ? allocate_offloaded((part - split) * sizeof(float), config_.zero.offload_optimizer, out)
                              : device_->allocate(part * sizeof(float), out);
     return s.with_context(what);
   };
-  if (!on_nvme) DSRT_RETURN_IF_ERROR(allocate_state(&master_, "allocating fp32 master weights"));
-  for (int i = 0; i < num_states_ && !on_nvme; ++i) {
+  auto fill_device = [&](DeviceBuffer *buffer, size_t n, float value) -> Status {
+    if (value == 0.0f || n == 0) return Status::Ok();
+    const std::vector<float> filled(n, value);
+    DSRT_RETURN_IF_ERROR(device_->copy(buffer->data(), filled.data(), n * sizeof(float), nullptr));
+    return device_->synchronize(nullptr);
+  };
+  if (split > 0) {
+    DSRT_RETURN_IF_ERROR(device_->allocate(split * sizeof(float), &dev_master_)
+                             .with_context("allocating the device part of the fp32 master weights (offload_optimizer.ratio)"));
+    for (int i = 0; i < num_states_; ++i) {
+      DSRT_RETURN_IF_ERROR(device_->allocate(split * sizeof(float), &dev_states_[i])
+                               .with_context("allocating the device part of the optimizer states (offload_optimizer.ratio)"));
+      DSRT_RETURN_IF_ERROR(fill_device(&dev_states_[i], split, optimizer_state_initial_value(config_.optimizer, i)));
+    }
+  }
+  // ratio 0: nothing is left for the host.
+  const bool host_part = !on_nvme && !(on_host && split == part);
+  if (host_part) DSRT_RETURN_IF_ERROR(allocate_state(&master_, "allocating fp32 master weights"));
+  for (int i = 0; i < num_states_ && host_part; ++i) {
     DSRT_RETURN_IF_ERROR(allocate_state(&states_[i], "allocating optimizer states"));
     const float value = optimizer_state_initial_value(config_.optimizer, i);
     if (value == 0.0f) continue;
     if (on_host) {
-      std::fill(states_[i].as<float>(), states_[i].as<float>() + part, value);
+      std::fill(states_[i].as<float>(), states_[i].as<float>() + (part - split), value);
     } else {
-      const std::vector<float> filled(part, value);
-      DSRT_RETURN_IF_ERROR(device_->copy(states_[i].data(), filled.data(), part * sizeof(float), nullptr));
-      DSRT_RETURN_IF_ERROR(device_->synchronize(nullptr));
+      DSRT_RETURN_IF_ERROR(fill_device(&states_[i], part, value));
     }
   }
   if (stages_through_host()) {
@@ -336,13 +378,12 @@ Status Engine::build_impl() {
   if (config_.zero.offload_optimizer.device == OffloadDevice::Nvme) {
     DSRT_RETURN_IF_ERROR(nvme_build(part_.owned_segments(rank())));
   } else {
-    // The masters may be device memory: copy through the device.
-    float *master = master_.as<float>();
+    // The masters may be device memory (and, with offload_optimizer.ratio, partly): copy through the device.
     for (const OwnedSegment &seg : part_.owned_segments(rank())) {
       const TensorInfo &info = tensors_[seg.tensor];
       if (!info.init.empty())
-        DSRT_RETURN_IF_ERROR(device_->copy(master + seg.part_offset, info.init.data() + seg.tensor_begin,
-                                           static_cast<size_t>(seg.count) * sizeof(float), nullptr));
+        DSRT_RETURN_IF_ERROR(split_state_copy(-1, static_cast<size_t>(seg.part_offset), static_cast<size_t>(seg.count),
+                                              const_cast<float *>(info.init.data() + seg.tensor_begin), true));
     }
     DSRT_RETURN_IF_ERROR(device_->synchronize(nullptr));
   }
@@ -530,9 +571,7 @@ Status Engine::read_partition_state(int state, size_t offset, size_t count, floa
   DSRT_RETURN_IF_ERROR(check_partition_range("read_partition_state", state, offset, count, out));
   if (count == 0) return Status::Ok();
   if (nvme_) return nvme_range(state, offset, count, out, false);
-  const float *base = state < 0 ? master_.as<float>() : states_[state].as<float>();
-  DSRT_RETURN_IF_ERROR(device_->copy(out, base + offset, count * sizeof(float), nullptr));
-  return device_->synchronize(nullptr);
+  return split_state_copy(state, offset, count, out, false);
 }
 
 Status Engine::write_partition_state(int state, size_t offset, size_t count, const float *src) {
@@ -541,9 +580,7 @@ Status Engine::write_partition_state(int state, size_t offset, size_t count, con
   DSRT_RETURN_IF_ERROR(check_partition_range("write_partition_state", state, offset, count, src));
   if (count == 0) return Status::Ok();
   if (nvme_) return nvme_range(state, offset, count, const_cast<float *>(src), true);
-  float *base = state < 0 ? master_.as<float>() : states_[state].as<float>();
-  DSRT_RETURN_IF_ERROR(device_->copy(base + offset, src, count * sizeof(float), nullptr));
-  return device_->synchronize(nullptr);
+  return split_state_copy(state, offset, count, const_cast<float *>(src), true);
 }
 
 Status Engine::write_fp32(size_t t, const float *src, uint64_t count) {
@@ -589,11 +626,25 @@ Status Engine::refresh_working_copies_impl() {
   char *working = static_cast<char *>(working_.data());
   const int64_t base = working_partition_base();
   if (host_optimizer()) {
-    // Host masters: convert into the host staging and copy it up, as the step does.
-    for (const OwnedSegment &seg : part_.owned_segments(rank()))
-      DSRT_RETURN_IF_ERROR(host_backend_->convert(master_.as<float>() + seg.part_offset, DSRT_F32,
-                                                  host_working_.as<char>() + seg.part_offset * static_cast<int64_t>(wsize),
-                                                  working_dtype(), static_cast<size_t>(seg.count)));
+    // Host masters: convert into the host staging and copy it up, as the step does; the device part
+    // of a split (offload_optimizer.ratio) converts on the device straight into the working shards.
+    for (const OwnedSegment &seg : part_.owned_segments(rank())) {
+      for (int64_t lo = seg.part_offset, end = seg.part_offset + seg.count; lo < end;) {
+        const bool on_device = lo < offload_split_;
+        const int64_t hi = on_device ? std::min(end, offload_split_) : end;
+        if (on_device) {
+          DSRT_RETURN_IF_ERROR(backend_->convert(state_at(-1, lo), DSRT_F32,
+                                                 working + (base + lo) * static_cast<int64_t>(wsize), working_dtype(),
+                                                 static_cast<size_t>(hi - lo)));
+        } else {
+          DSRT_RETURN_IF_ERROR(host_backend_->convert(state_at(-1, lo), DSRT_F32,
+                                                      host_working_.as<char>() + lo * static_cast<int64_t>(wsize),
+                                                      working_dtype(), static_cast<size_t>(hi - lo)));
+        }
+        lo = hi;
+      }
+    }
+    DSRT_RETURN_IF_ERROR(backend_->synchronize());
     DSRT_RETURN_IF_ERROR(upload_working_partition());
   }
   std::vector<float> staged;  // NVMe: one segment at a time
@@ -661,6 +712,9 @@ Status Engine::memory(dsrt_memory_stats *out) const {
       stats.gradients[DSRT_LOC_HOST] += host_grads_.bytes();
       stats.master_params[opt_loc] += master_.bytes();
       for (int i = 0; i < num_states_; ++i) stats.optimizer_states[opt_loc] += states_[i].bytes();
+      // offload_optimizer.ratio < 1: the device part of the masters and states.
+      stats.master_params[dev] += dev_master_.bytes();
+      for (int i = 0; i < num_states_; ++i) stats.optimizer_states[dev] += dev_states_[i].bytes();
     }
     stats.buffers[host_optimizer() ? DSRT_LOC_HOST : dev] += lamb_update_.bytes();
     stats.buffers[DSRT_LOC_HOST] += host_working_.bytes();
