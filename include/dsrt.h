@@ -277,11 +277,13 @@ DSRT_API dsrt_status dsrt_engine_add_param(dsrt_engine *engine, const char *name
 ** from every trainable and frozen tensor's). Before build only; every rank registers the same
 ** frozen tensors in the same order (build: DSRT_ERR_COMM otherwise). Same thread rules as
 ** add_param (one thread per engine).
-** Storage: at ZeRO stages 0-2 (and on one rank) every rank keeps the whole working copy; at stage
-** 3 on W ranks each rank keeps ceil(n/W) elements, and dsrt_tensor_acquire all-gathers the tensor
-** (a collective: every rank acquires the same frozen tensors in the same order) into a copy that
-** the last dsrt_tensor_release frees (no prefetch, no reuse cache: each acquire after a release
-** gathers again). offload_param does not apply to them: their shards stay in device memory.
+** Storage: at ZeRO stages 0-2 every rank keeps the whole working copy; at stage 3 on W ranks
+** (W = 1 included) each rank keeps ceil(n/W) elements, and dsrt_tensor_acquire all-gathers the
+** tensor (a collective: every rank acquires the same tensors in the same order) exactly as it does
+** a trainable tensor: the gathers follow the recorded acquire order with prefetching, reuse,
+** stage3_max_live_parameters and stage3_param_persistence_threshold applying to frozen tensors
+** too. With zero_optimization.offload_param ("cpu" or "nvme") a non-persistent frozen tensor's
+** shard lives in host memory or on NVMe beside the trainable shards, read back on each gather.
 ** Calls on the handle: acquire/release as above; dsrt_tensor_read_fp32 returns the working copy
 ** widened to fp32 (collective at stage 3); dsrt_tensor_write_fp32 sets it (rounded to the working
 ** dtype); dsrt_tensor_grad, dsrt_tensor_grad_ready and dsrt_tensor_set_group return

@@ -257,8 +257,7 @@ std::vector<KeySpec> build_schema_keys() {
       k.push_back(B(o + "pipeline_read", false));
       k.push_back(B(o + "pipeline_write", false));
       k.push_back(with(B(o + "fast_init", false), Support::Ignored, "dsrt initializes NVMe optimizer state one way"));
-      k.push_back(with(N(o + "ratio", 1.0, 0.0, 1.0), Support::Unsupported,
-                       "partial optimizer offload (ZeRO-Offload++ ratio) is not implemented; set it to 1"));
+      k.push_back(N(o + "ratio", 1.0, 0.0, 1.0));  // ZeRO-Offload++ (stage 3, device "cpu")
       k.push_back(with(B(o + "super_offload", false), Support::Unsupported,
                        "SuperOffload (for Superchips) is not implemented; set it to false"));
       k.push_back(with(N(o + "cpuadam_cores_perc", 0.8, 0.0, 1.0), Support::Ignored,

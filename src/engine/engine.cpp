@@ -110,6 +110,30 @@ Status Engine::create(const TrainConfig &config, std::shared_ptr<Comm> comm, std
       return Error(DSRT_ERR_CONFIG, "zero_optimization.offload_optimizer.buffer_count is %lld; it must be at least 1",
                    static_cast<long long>(config.zero.offload_optimizer.buffer_count));
   }
+  if (config.zero.offload_optimizer.device != OffloadDevice::None && config.zero.offload_optimizer.ratio < 1.0) {
+    const double ratio = config.zero.offload_optimizer.ratio;
+    if (!(ratio >= 0.0))
+      return Error(DSRT_ERR_CONFIG, "zero_optimization.offload_optimizer.ratio is %g; it must be in [0, 1]", ratio);
+    if (config.zero.stage != 3)
+      return Error(DSRT_ERR_CONFIG,
+                   "zero_optimization.offload_optimizer.ratio %g < 1 (partial offload) needs ZeRO stage 3 (stage is %d), "
+                   "as in DeepSpeed; set ratio to 1 or use stage 3",
+                   ratio, config.zero.stage);
+    if (config.zero.offload_optimizer.device == OffloadDevice::Nvme)
+      return Error(DSRT_ERR_UNSUPPORTED,
+                   "zero_optimization.offload_optimizer.ratio %g < 1 with device \"nvme\" is not implemented; partial "
+                   "offload splits the optimizer between the device and host memory: use device \"cpu\", or ratio 1",
+                   ratio);
+    if (config.optimizer.type == OptimizerType::Lamb)
+      return Error(DSRT_ERR_UNSUPPORTED,
+                   "optimizer Lamb with zero_optimization.offload_optimizer.ratio < 1 is not implemented (its trust "
+                   "ratio needs whole-tensor norms over both halves); use Adam/AdamW (DeepSpeed allows CPU Adam only) "
+                   "or ratio 1");
+    if (config.zero.sub_group_size < 0)
+      return Error(DSRT_ERR_CONFIG, "zero_optimization.sub_group_size is %lld; it must not be negative (0: one "
+                   "sub-group per parameter)",
+                   static_cast<long long>(config.zero.sub_group_size));
+  }
   if (config.zero.offload_param.device != OffloadDevice::None && config.zero.stage != 3)
     return Error(DSRT_ERR_CONFIG, "zero_optimization.offload_param needs stage 3 (stage is %d)", config.zero.stage);
   DSRT_RETURN_IF_ERROR(check_bf16_master_rules(config));
@@ -283,20 +307,44 @@ Status Engine::allocate_states() {
   // the CPU optimizer and host-side reads touch them, so they are page-locked only when
   // offload_optimizer.pin_memory asks (DeepSpeed's meaning). The transfer staging below is always pinned.
   const bool on_host = host_optimizer();
+  // offload_optimizer.ratio < 1: the first offload_split_ elements stay on the device (fp32 masters
+  // only: the bf16 master mode refuses a ratio below 1, so a split never meets bf16 storage).
+  offload_split_ = compute_offload_split();
+  const size_t split = static_cast<size_t>(offload_split_);
   auto allocate_state = [&](DeviceBuffer *out, dsrt_dtype dtype, const char *what) {
-    const size_t bytes = part * dtype_size(dtype);
-    const Status s = on_host ? allocate_offloaded(bytes, config_.zero.offload_optimizer, out)
-                             : device_->allocate(bytes, out);
+    const Status s = on_host ? allocate_offloaded((part - split) * dtype_size(dtype), config_.zero.offload_optimizer, out)
+                             : device_->allocate(part * dtype_size(dtype), out);
     return s.with_context(what);
   };
-  if (!on_nvme)
+  if (split > 0) {
+    auto fill_device = [&](DeviceBuffer *buffer, size_t n, float value) -> Status {
+      if (value == 0.0f || n == 0) return Status::Ok();
+      const std::vector<float> filled(n, value);
+      DSRT_RETURN_IF_ERROR(device_->copy(buffer->data(), filled.data(), n * sizeof(float), nullptr));
+      return device_->synchronize(nullptr);
+    };
+    DSRT_RETURN_IF_ERROR(device_->allocate(split * sizeof(float), &dev_master_)
+                             .with_context("allocating the device part of the fp32 master weights (offload_optimizer.ratio)"));
+    for (int i = 0; i < num_states_; ++i) {
+      DSRT_RETURN_IF_ERROR(device_->allocate(split * sizeof(float), &dev_states_[i])
+                               .with_context("allocating the device part of the optimizer states (offload_optimizer.ratio)"));
+      DSRT_RETURN_IF_ERROR(fill_device(&dev_states_[i], split, optimizer_state_initial_value(config_.optimizer, i)));
+    }
+  }
+  // ratio 0: nothing is left for the host.
+  const bool host_part = !on_nvme && !(on_host && split == part);
+  if (host_part)
     DSRT_RETURN_IF_ERROR(allocate_state(&master_, master_dtype_,
                                         master_dtype_ == DSRT_F32 ? "allocating fp32 master weights"
                                                                   : "allocating bf16 master weights"));
-  for (int i = 0; i < num_states_ && !on_nvme; ++i) {
+  for (int i = 0; i < num_states_ && host_part; ++i) {
     DSRT_RETURN_IF_ERROR(allocate_state(&states_[i], state_dtype_, "allocating optimizer states"));
     const float value = optimizer_state_initial_value(config_.optimizer, i);
     if (value == 0.0f) continue;
+    if (split > 0) {
+      std::fill(states_[i].as<float>(), states_[i].as<float>() + (part - split), value);  // host, fp32
+      continue;
+    }
     const std::vector<float> filled(part, value);
     DSRT_RETURN_IF_ERROR(copy_state(i, 0, part, const_cast<float *>(filled.data()), true));
   }
@@ -339,12 +387,13 @@ Status Engine::build_impl() {
   if (config_.zero.offload_optimizer.device == OffloadDevice::Nvme) {
     DSRT_RETURN_IF_ERROR(nvme_build(part_.owned_segments(rank())));
   } else {
-    // The masters may be device memory (and bf16): copy_state converts and copies through the device.
+    // The masters may be device memory, bf16, or split by offload_optimizer.ratio: split_state_copy
+    // converts and copies through the device.
     for (const OwnedSegment &seg : part_.owned_segments(rank())) {
       const TensorInfo &info = tensors_[seg.tensor];
       if (!info.init.empty())
-        DSRT_RETURN_IF_ERROR(copy_state(-1, static_cast<size_t>(seg.part_offset), static_cast<size_t>(seg.count),
-                                        const_cast<float *>(info.init.data() + seg.tensor_begin), true));
+        DSRT_RETURN_IF_ERROR(split_state_copy(-1, static_cast<size_t>(seg.part_offset), static_cast<size_t>(seg.count),
+                                              const_cast<float *>(info.init.data() + seg.tensor_begin), true));
     }
   }
   if (part_.flat()) {
@@ -387,6 +436,8 @@ Status Engine::build_impl() {
   reducer_.set_divide_by_accumulation(scale_wrt_gas_);
   reducer_.set_last_micro_step(boundary_override_);
 
+  // Frozen tensors before the coordinator: at stage 3 they are its entries after the trainable ones.
+  DSRT_RETURN_IF_ERROR(frozen_.build(comm_.get(), device_.get(), working_dtype(), part_.stage()));
   if (!part_.flat()) {
     CoordinatorOptions co;
     co.working_dtype = working_dtype();
@@ -397,11 +448,12 @@ Status Engine::build_impl() {
     std::vector<std::string> names;
     for (const TensorInfo &t : tensors_) names.push_back(t.name);
     coordinator_ = std::make_unique<ParamCoordinator>();
-    DSRT_RETURN_IF_ERROR(coordinator_->init(&part_, comm_.get(), device_.get(), co, working_.data(), std::move(names)));
+    DSRT_RETURN_IF_ERROR(coordinator_->init(&part_, comm_.get(), device_.get(), co, working_.data(), std::move(names),
+                                            frozen_.entries()));
+    frozen_.attach(coordinator_.get(), tensors_.size());
     DSRT_RETURN_IF_ERROR(hpz_build());
     if (config_.zero.offload_param.device != OffloadDevice::None) DSRT_RETURN_IF_ERROR(param_offload_build());
   }
-  DSRT_RETURN_IF_ERROR(frozen_.build(comm_.get(), device_.get(), working_dtype(), part_.stage()));
   fix_step_lrs();
   built_ = true;
   timers_.reset();
@@ -529,7 +581,7 @@ Status Engine::read_partition_state(int state, size_t offset, size_t count, floa
   DSRT_RETURN_IF_ERROR(check_partition_range("read_partition_state", state, offset, count, out));
   if (count == 0) return Status::Ok();
   if (nvme_) return nvme_range(state, offset, count, out, false);
-  return copy_state(state, offset, count, out, false);
+  return split_state_copy(state, offset, count, out, false);
 }
 
 Status Engine::copy_state(int state, size_t offset, size_t count, float *host, bool write) {
@@ -567,7 +619,7 @@ Status Engine::write_partition_state(int state, size_t offset, size_t count, con
   DSRT_RETURN_IF_ERROR(check_partition_range("write_partition_state", state, offset, count, src));
   if (count == 0) return Status::Ok();
   if (nvme_) return nvme_range(state, offset, count, const_cast<float *>(src), true);
-  return copy_state(state, offset, count, const_cast<float *>(src), true);
+  return split_state_copy(state, offset, count, const_cast<float *>(src), true);
 }
 
 Status Engine::write_fp32(size_t t, const float *src, uint64_t count) {
@@ -614,11 +666,33 @@ Status Engine::refresh_working_copies_impl() {
   const int64_t base = working_partition_base();
   const int64_t master_elem = static_cast<int64_t>(dtype_size(master_dtype_));
   if (host_optimizer()) {
-    // Host masters: convert into the host staging and copy it up, as the step does.
-    for (const OwnedSegment &seg : part_.owned_segments(rank()))
-      DSRT_RETURN_IF_ERROR(host_backend_->convert(master_.as<char>() + seg.part_offset * master_elem, master_dtype_,
-                                                  host_working_.as<char>() + seg.part_offset * static_cast<int64_t>(wsize),
-                                                  working_dtype(), static_cast<size_t>(seg.count)));
+    if (offload_split_ == 0) {
+      // Host masters: convert into the host staging and copy it up, as the step does.
+      for (const OwnedSegment &seg : part_.owned_segments(rank()))
+        DSRT_RETURN_IF_ERROR(host_backend_->convert(master_.as<char>() + seg.part_offset * master_elem, master_dtype_,
+                                                    host_working_.as<char>() + seg.part_offset * static_cast<int64_t>(wsize),
+                                                    working_dtype(), static_cast<size_t>(seg.count)));
+    } else {
+      // The device part of a split (offload_optimizer.ratio, fp32 masters) converts on the device
+      // straight into the working shards; the host part through the host staging.
+      for (const OwnedSegment &seg : part_.owned_segments(rank())) {
+        for (int64_t lo = seg.part_offset, end = seg.part_offset + seg.count; lo < end;) {
+          const bool on_device = lo < offload_split_;
+          const int64_t hi = on_device ? std::min(end, offload_split_) : end;
+          if (on_device) {
+            DSRT_RETURN_IF_ERROR(backend_->convert(state_at(-1, lo), DSRT_F32,
+                                                   working + (base + lo) * static_cast<int64_t>(wsize), working_dtype(),
+                                                   static_cast<size_t>(hi - lo)));
+          } else {
+            DSRT_RETURN_IF_ERROR(host_backend_->convert(state_at(-1, lo), DSRT_F32,
+                                                        host_working_.as<char>() + lo * static_cast<int64_t>(wsize),
+                                                        working_dtype(), static_cast<size_t>(hi - lo)));
+          }
+          lo = hi;
+        }
+      }
+      DSRT_RETURN_IF_ERROR(backend_->synchronize());
+    }
     DSRT_RETURN_IF_ERROR(upload_working_partition());
   }
   std::vector<float> staged;  // NVMe: one segment at a time
@@ -664,8 +738,10 @@ Status Engine::memory(dsrt_memory_stats *out) const {
   if (built_) {
     // offload_param: working_ exists only during a step; the shards are in host memory or on NVMe.
     stats.working_params[dev] += working_.bytes();
-    // Frozen tensors: their working copies only (shards at stage 3) and gathered copies in use.
-    stats.working_params[dev] += frozen_.resident_bytes() + frozen_.gathered_bytes();
+    // Frozen tensors: their working copies only (shards at stage 3, unless offload_param moved them to
+    // host memory or NVMe, counted below); their gathered copies are the coordinator's, as are hpZ's
+    // secondary partitions.
+    stats.working_params[dev] += frozen_.resident_bytes();
     if (coordinator_) stats.working_params[dev] += coordinator_->gathered_bytes() + coordinator_->secondary_bytes();
     stats.working_params[DSRT_LOC_HOST] += param_nvme_resident_bytes();
     stats.working_params[DSRT_LOC_NVME] += param_nvme_shard_bytes();
@@ -685,6 +761,9 @@ Status Engine::memory(dsrt_memory_stats *out) const {
       stats.gradients[DSRT_LOC_HOST] += host_grads_.bytes();
       stats.master_params[opt_loc] += master_.bytes();
       for (int i = 0; i < num_states_; ++i) stats.optimizer_states[opt_loc] += states_[i].bytes();
+      // offload_optimizer.ratio < 1: the device part of the masters and states.
+      stats.master_params[dev] += dev_master_.bytes();
+      for (int i = 0; i < num_states_; ++i) stats.optimizer_states[dev] += dev_states_[i].bytes();
     }
     stats.buffers[host_optimizer() ? DSRT_LOC_HOST : dev] += lamb_update_.bytes();
     stats.buffers[DSRT_LOC_HOST] += host_working_.bytes();

@@ -266,8 +266,18 @@ class Engine {
   }
   // Masters and states resident in host-addressable memory (master_partition() is non-null).
   bool states_resident_on_host() const {
-    return !nvme_ && (host_optimizer() || device_->type() == DSRT_DEVICE_CPU);
+    return !nvme_ && offload_split_ == 0 && (host_optimizer() || device_->type() == DSRT_DEVICE_CPU);
   }
+  // ZeRO-Offload++ (offload_optimizer.ratio < 1; engine_offload_split.cpp): partition elements
+  // [0, offload_split_) keep masters and states on the device (dev_master_, dev_states_), the rest
+  // in master_/states_ (host memory, indexed from offload_split_); 0 when everything is on the host.
+  int64_t compute_offload_split() const;
+  float *state_at(int state, int64_t offset) const;  // state -1: master
+  Status split_state_copy(int state, size_t offset, size_t count, float *data, bool write);
+  Status split_optimizer_update(float grad_scale);
+  int64_t offload_split_ = 0;
+  DeviceBuffer dev_master_;
+  DeviceBuffer dev_states_[2];
   // Ordering against the host's stream (set_stream): the engine's default stream waits for the
   // host's work so far; the host's stream waits for the engine's work so far. No-ops without a stream.
   Status order_after_host();

@@ -89,10 +89,13 @@ Status Engine::upload_working_partition() {
   char *working = static_cast<char *>(working_.data()) + working_partition_base() * wsize;
   const char *staged = host_working_.as<char>();
   for (size_t i = 0; i < segments.size();) {
-    // One copy per run of adjacent segments: padding between runs is never written.
-    const int64_t begin = segments[i].part_offset;
+    // One copy per run of adjacent segments: padding between runs is never written. With
+    // offload_optimizer.ratio the device part [0, offload_split_) was written on the device.
+    int64_t begin = segments[i].part_offset;
     int64_t end = begin + segments[i].count;
     for (++i; i < segments.size() && segments[i].part_offset == end; ++i) end += segments[i].count;
+    begin = std::max(begin, offload_split_);
+    if (end <= begin) continue;
     DSRT_RETURN_IF_ERROR(device_->copy(working + begin * wsize, staged + begin * wsize,
                                        static_cast<size_t>((end - begin) * wsize), nullptr)
                              .with_context("copying the updated working partition to the device"));
@@ -116,6 +119,7 @@ Status Engine::write_working_from_host(const float *src, size_t n, int64_t elem_
 
 Status Engine::optimizer_update(float grad_scale) {
   if (nvme_) return nvme_optimizer_update(grad_scale, 0);
+  if (offload_split_ > 0) return split_optimizer_update(grad_scale);
   const std::vector<OwnedSegment> segments = part_.owned_segments(rank());
   const dsrt_dtype wdt = working_dtype();
   const int64_t wsize = static_cast<int64_t>(dtype_size(wdt));
