@@ -579,6 +579,46 @@ DSRT_API dsrt_status dsrt_checkpoint_read_tensor_fp32(dsrt_checkpoint *ckpt, con
 DSRT_API dsrt_status dsrt_checkpoint_export_safetensors(dsrt_checkpoint *ckpt, const char *path, dsrt_dtype dtype);
 DSRT_API void dsrt_checkpoint_close(dsrt_checkpoint *ckpt);
 
+/* ------------------------------------------------------------------------------------------------
+** CONFIG CHECKS -- what `dsrt config check` and `dsrt config show` report, for any host
+*/
+
+/* DSRT_OK when dsrt_engine_create would accept this config as far as the config alone decides;
+** otherwise the status and message (dsrt_last_error_message) dsrt_engine_create would return for
+** it: DSRT_ERR_CONFIG (an "auto" still unresolved, inconsistent batch sizes, a setting the engine
+** refuses, e.g. stage3_max_live_parameters 0 or SGD nesterov without momentum) or
+** DSRT_ERR_UNSUPPORTED (an enabled feature dsrt does not implement, listed one per line).
+** world_size: the world size to apply the batch rule for; 0 takes the one dsrt_config_set_world_size
+** gave, else the one the three batch terms imply (1 when they do not give all three).
+** What needs the running program (the tensors' sizes against the offload buffers, the device, the
+** communicator) is checked later by dsrt_engine_create and dsrt_engine_build; docs/config.md
+** lists those checks. The config is not changed. Threads: as every config call.
+** Returns DSRT_OK, DSRT_ERR_INVALID_ARGUMENT (NULL config, negative world_size), DSRT_ERR_CONFIG,
+** DSRT_ERR_UNSUPPORTED, DSRT_ERR_OUT_OF_MEMORY. */
+DSRT_API dsrt_status dsrt_config_check(const dsrt_config *config, int32_t world_size);
+
+/* The enabled features dsrt does not implement, one message per line naming the key, its value and
+** what to do ("" when none); while one is listed, dsrt_engine_create fails with
+** DSRT_ERR_UNSUPPORTED. *out is a new string; free it with dsrt_free.
+** Returns DSRT_OK, DSRT_ERR_INVALID_ARGUMENT (NULL config or out), DSRT_ERR_OUT_OF_MEMORY. */
+DSRT_API dsrt_status dsrt_config_unsupported(const dsrt_config *config, char **out);
+
+/* How the host resolves the value at key_path if it is "auto": the setter to call (for example
+** "dsrt_config_set_hidden_size, or dsrt_config_set_number"). *out is a new string; free it with
+** dsrt_free. Returns DSRT_OK, DSRT_ERR_INVALID_ARGUMENT (a NULL argument), DSRT_ERR_CONFIG (an
+** unknown key, or one this config's optimizer/scheduler type does not have),
+** DSRT_ERR_OUT_OF_MEMORY. */
+DSRT_API dsrt_status dsrt_config_resolve_hint(const dsrt_config *config, const char *key_path, char **out);
+
+/* The effective config as DeepSpeed JSON that DeepSpeed 0.19 itself accepts: every key DeepSpeed
+** has, with the value in force. Keys that are dsrt's only, and the optimizer/scheduler parameters
+** the config does not give (DeepSpeed hands those sections to constructors that refuse unknown
+** names), are left out of *json and listed in *dsrt_only, one "path = value  (why)" per line
+** ("" when none). dsrt_only may be NULL. Both are new strings; free them with dsrt_free (on
+** failure both are NULL). Returns DSRT_OK, DSRT_ERR_INVALID_ARGUMENT (NULL config or json),
+** DSRT_ERR_OUT_OF_MEMORY. */
+DSRT_API dsrt_status dsrt_config_to_deepspeed_json(const dsrt_config *config, char **json, char **dsrt_only);
+
 /* Destroy the engine, its tensors and its swap files. Accepts NULL. */
 DSRT_API void dsrt_engine_destroy(dsrt_engine *engine);
 
