@@ -594,12 +594,7 @@ Status Engine::memory(dsrt_memory_stats *out) const {
     stats.buffers[dev] += reducer_.buffer_bytes() + gather_staging_.bytes();
     if (coordinator_) stats.buffers[dev] += coordinator_->cached_bytes();
   }
-  const uint64_t size = out->struct_size;
-  if (size < sizeof(uint64_t))
-    return Error(DSRT_ERR_INVALID_ARGUMENT, "engine_memory: struct_size is %llu; set it to sizeof(dsrt_memory_stats)",
-                 static_cast<unsigned long long>(size));
-  std::memcpy(reinterpret_cast<char *>(out) + sizeof(uint64_t), reinterpret_cast<const char *>(&stats) + sizeof(uint64_t),
-              std::min<uint64_t>(size, sizeof stats) - sizeof(uint64_t));
+  *out = stats;  // whole; dsrt_engine_memory copies the caller's struct_size bytes
   return Status::Ok();
 }
 
