@@ -1,8 +1,10 @@
 // train_config.h -- the typed, fully resolved configuration the engine runs on.
 //
 // src/config parses DeepSpeed JSON into a Config (config.h) and resolves it into this struct;
-// every other layer reads only this struct. Member initializers are DeepSpeed's defaults, so a
-// default-constructed TrainConfig is what an empty "{}" config means (with batch terms of 1).
+// every other layer reads only this struct. The defaults are the schema's (schema_table.cpp):
+// Config::resolve takes every value from there. The member initializers below only serve C++ code
+// that builds a TrainConfig by hand (tests); test_config_rules checks that a default-constructed
+// TrainConfig equals what resolve gives for "{}", so the two cannot drift apart.
 #pragma once
 
 #include <cstdint>
@@ -78,7 +80,7 @@ struct Fp16Config {
 struct OffloadConfig {
   OffloadDevice device = OffloadDevice::None;
   std::string nvme_path;
-  bool pin_memory = false;
+  bool pin_memory = true;
   int64_t buffer_count = 4;       // optimizer default 4, param default 5
   int64_t buffer_size = 100000000;  // param only
   int64_t max_in_cpu = 1000000000;  // param only
@@ -145,7 +147,7 @@ struct TrainConfig {
   bool bf16_enabled = false;
   // DeepSpeed skips a bf16 step with inf/nan gradients only when this is true; dsrt skips such a
   // step in every precision (a non-finite update would destroy the masters), so it is recorded only.
-  bool bf16_check_grad_overflow = false;
+  bool bf16_check_grad_overflow = true;
   // bf16.bf16_master_weights_and_grads: the master weights are kept in bf16 (no fp32 copy);
   // bf16.bf16_optimizer_states: so are the optimizer states. DeepSpeed's lower-memory bf16 mode:
   // the update is computed in fp32 and each stored value rounded to the nearest bf16.

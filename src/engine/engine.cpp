@@ -9,7 +9,7 @@
 #include "comm/comm_checks.h"
 #include "comm/device_comm.h"
 #include "comm/staged/staged_comm.h"
-#include "config/bf16_master_rules.h"
+#include "config/config_rules.h"
 #include "device/device_select.h"
 #include "optim/cpu_optimizer.h"
 #include "util/half.h"
@@ -39,104 +39,9 @@ Engine::~Engine() {
 Status Engine::create(const TrainConfig &config, std::shared_ptr<Comm> comm, std::unique_ptr<Engine> *out,
                       const char *device_spec, const char *device_origin) {
   if (!comm) return Error(DSRT_ERR_INVALID_ARGUMENT, "engine create: no communicator");
-  if (config.fp16.enabled && config.bf16_enabled)
-    return Error(DSRT_ERR_CONFIG, "fp16.enabled and bf16.enabled are both true; enable at most one");
-  DSRT_RETURN_IF_ERROR(LossScaler::validate_config(config.fp16, config.fp16.enabled));
-  if (config.gradient_accumulation_steps < 1)
-    return Error(DSRT_ERR_CONFIG, "gradient_accumulation_steps is %lld; it must be at least 1",
-                 static_cast<long long>(config.gradient_accumulation_steps));
-  if (config.zero.stage < 0 || config.zero.stage > 3)
-    return Error(DSRT_ERR_CONFIG, "zero_optimization.stage is %d; use 0, 1, 2 or 3", config.zero.stage);
-  if (!(config.gradient_clipping >= 0.0) || !std::isfinite(config.gradient_clipping))
-    return Error(DSRT_ERR_CONFIG, "gradient_clipping is %g; use 0 (off) or a positive norm", config.gradient_clipping);
-  if (!(config.gradient_predivide_factor > 0.0) || !std::isfinite(config.gradient_predivide_factor))
-    return Error(DSRT_ERR_CONFIG, "gradient_predivide_factor is %g; it must be positive",
-                 config.gradient_predivide_factor);
-  const struct {
-    const char *key;
-    int64_t value;
-  } positive[] = {{"zero_optimization.stage3_max_live_parameters", config.zero.stage3_max_live_parameters}};
-  for (const auto &p : positive)
-    if (p.value < 1)
-      return Error(DSRT_ERR_CONFIG, "%s is %lld; it must be a positive number of elements", p.key,
-                   static_cast<long long>(p.value));
-  // 0 has DeepSpeed's meaning: one bucket per gradient; each partition gathered in one piece.
-  if (config.zero.reduce_bucket_size < 0 || config.zero.allgather_bucket_size < 0)
-    return Error(DSRT_ERR_CONFIG,
-                 "zero_optimization.reduce_bucket_size (%lld) and allgather_bucket_size (%lld) must not be negative",
-                 static_cast<long long>(config.zero.reduce_bucket_size),
-                 static_cast<long long>(config.zero.allgather_bucket_size));
-  if (config.zero.stage3_prefetch_bucket_size < 0 || config.zero.stage3_max_reuse_distance < 0 ||
-      config.zero.stage3_param_persistence_threshold < 0)
-    return Error(DSRT_ERR_CONFIG,
-                 "zero_optimization.stage3_prefetch_bucket_size, stage3_max_reuse_distance and "
-                 "stage3_param_persistence_threshold must not be negative (0 turns each off)");
-  if (config.optimizer.type == OptimizerType::SGD && config.optimizer.nesterov &&
-      (config.optimizer.momentum <= 0.0 || config.optimizer.dampening != 0.0))
-    return Error(DSRT_ERR_CONFIG,
-                 "optimizer.params.nesterov needs momentum > 0 and dampening 0 (momentum %g, dampening %g)",
-                 config.optimizer.momentum, config.optimizer.dampening);
-  if (config.optimizer.type == OptimizerType::OneBitAdam)
-    return Error(DSRT_ERR_UNSUPPORTED,
-                 "optimizer.type OneBitAdam (1-bit compressed communication) is not implemented; use Adam or AdamW");
-  if (config.zero.offload_param.device == OffloadDevice::Nvme) {
-    if (config.zero.stage != 3)
-      return Error(DSRT_ERR_CONFIG, "zero_optimization.offload_param needs stage 3 (stage is %d)", config.zero.stage);
-    if (config.zero.offload_param.nvme_path.empty())
-      return Error(DSRT_ERR_CONFIG, "zero_optimization.offload_param.nvme_path is required when its device is \"nvme\"");
-    if (config.zero.offload_param.buffer_count < 1 || config.zero.offload_param.buffer_size < 1)
-      return Error(DSRT_ERR_CONFIG,
-                   "zero_optimization.offload_param.buffer_count (%lld) and buffer_size (%lld elements) must be positive",
-                   static_cast<long long>(config.zero.offload_param.buffer_count),
-                   static_cast<long long>(config.zero.offload_param.buffer_size));
-  }
-  if (config.zero.offload_optimizer.device == OffloadDevice::Nvme) {
-    if (config.zero.stage < 1)
-      return Error(DSRT_ERR_CONFIG,
-                   "zero_optimization.offload_optimizer.device \"nvme\" needs ZeRO stage 1, 2 or 3 (stage is 0)");
-    if (config.optimizer.type == OptimizerType::Lamb)
-      return Error(DSRT_ERR_UNSUPPORTED,
-                   "optimizer Lamb with offload_optimizer.device \"nvme\" is not implemented: Lamb's trust ratio "
-                   "needs whole-tensor norms before any weight is updated, which the single NVMe sub-group pass "
-                   "cannot provide; use Adam/AdamW, or offload_optimizer.device \"cpu\"");
-    if (config.zero.offload_optimizer.nvme_path.empty())
-      return Error(DSRT_ERR_CONFIG,
-                   "zero_optimization.offload_optimizer.nvme_path is required when its device is \"nvme\"");
-    if (config.zero.sub_group_size < 0)
-      return Error(DSRT_ERR_CONFIG, "zero_optimization.sub_group_size is %lld; it must not be negative (0: one "
-                   "sub-group per parameter)",
-                   static_cast<long long>(config.zero.sub_group_size));
-    if (config.zero.offload_optimizer.buffer_count < 1)
-      return Error(DSRT_ERR_CONFIG, "zero_optimization.offload_optimizer.buffer_count is %lld; it must be at least 1",
-                   static_cast<long long>(config.zero.offload_optimizer.buffer_count));
-  }
-  if (config.zero.offload_optimizer.device != OffloadDevice::None && config.zero.offload_optimizer.ratio < 1.0) {
-    const double ratio = config.zero.offload_optimizer.ratio;
-    if (!(ratio >= 0.0))
-      return Error(DSRT_ERR_CONFIG, "zero_optimization.offload_optimizer.ratio is %g; it must be in [0, 1]", ratio);
-    if (config.zero.stage != 3)
-      return Error(DSRT_ERR_CONFIG,
-                   "zero_optimization.offload_optimizer.ratio %g < 1 (partial offload) needs ZeRO stage 3 (stage is %d), "
-                   "as in DeepSpeed; set ratio to 1 or use stage 3",
-                   ratio, config.zero.stage);
-    if (config.zero.offload_optimizer.device == OffloadDevice::Nvme)
-      return Error(DSRT_ERR_UNSUPPORTED,
-                   "zero_optimization.offload_optimizer.ratio %g < 1 with device \"nvme\" is not implemented; partial "
-                   "offload splits the optimizer between the device and host memory: use device \"cpu\", or ratio 1",
-                   ratio);
-    if (config.optimizer.type == OptimizerType::Lamb)
-      return Error(DSRT_ERR_UNSUPPORTED,
-                   "optimizer Lamb with zero_optimization.offload_optimizer.ratio < 1 is not implemented (its trust "
-                   "ratio needs whole-tensor norms over both halves); use Adam/AdamW (DeepSpeed allows CPU Adam only) "
-                   "or ratio 1");
-    if (config.zero.sub_group_size < 0)
-      return Error(DSRT_ERR_CONFIG, "zero_optimization.sub_group_size is %lld; it must not be negative (0: one "
-                   "sub-group per parameter)",
-                   static_cast<long long>(config.zero.sub_group_size));
-  }
-  if (config.zero.offload_param.device != OffloadDevice::None && config.zero.stage != 3)
-    return Error(DSRT_ERR_CONFIG, "zero_optimization.offload_param needs stage 3 (stage is %d)", config.zero.stage);
-  DSRT_RETURN_IF_ERROR(check_bf16_master_rules(config));
+  // Every refusal that depends on the config alone lives in src/config (config_rules.h), so
+  // `dsrt config check` refuses the same configs with the same messages.
+  DSRT_RETURN_IF_ERROR(check_train_config(config));
 
   std::unique_ptr<Engine> engine(new Engine());
   engine->config_ = config;
@@ -770,12 +675,7 @@ Status Engine::memory(dsrt_memory_stats *out) const {
     stats.buffers[dev] += reducer_.buffer_bytes() + gather_staging_.bytes();
     if (coordinator_) stats.buffers[dev] += coordinator_->cached_bytes();
   }
-  const uint64_t size = out->struct_size;
-  if (size < sizeof(uint64_t))
-    return Error(DSRT_ERR_INVALID_ARGUMENT, "engine_memory: struct_size is %llu; set it to sizeof(dsrt_memory_stats)",
-                 static_cast<unsigned long long>(size));
-  std::memcpy(reinterpret_cast<char *>(out) + sizeof(uint64_t), reinterpret_cast<const char *>(&stats) + sizeof(uint64_t),
-              std::min<uint64_t>(size, sizeof stats) - sizeof(uint64_t));
+  *out = stats;  // whole; dsrt_engine_memory copies the caller's struct_size bytes
   return Status::Ok();
 }
 

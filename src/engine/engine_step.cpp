@@ -247,9 +247,6 @@ Status Engine::step(dsrt_step_result *out) {
 
 Status Engine::step_impl(dsrt_step_result *out) {
   DSRT_RETURN_IF_ERROR(require_built("step"));
-  if (out != nullptr && out->struct_size < sizeof(uint64_t))
-    return Error(DSRT_ERR_INVALID_ARGUMENT, "step: out->struct_size is %llu; set it to sizeof(dsrt_step_result)",
-                 static_cast<unsigned long long>(out->struct_size));
   if (pending_) return nvme_resume_step(out);
   events_.clear();
   const double step_start = StepTimers::now();
@@ -275,9 +272,7 @@ Status Engine::step_impl(dsrt_step_result *out) {
     DSRT_RETURN_IF_ERROR(get_group_hyper(0, "lr", &result.lr));
     result.global_step = counters_.global_step;
     result.loss_scale = scaler_.scale();
-    if (out != nullptr)
-      std::memcpy(reinterpret_cast<char *>(out) + sizeof(uint64_t), reinterpret_cast<const char *>(&result) + sizeof(uint64_t),
-                  std::min<uint64_t>(out->struct_size, sizeof result) - sizeof(uint64_t));
+    if (out != nullptr) *out = result;
     return Status::Ok();
   }
   counters_.micro_step = 0;
@@ -380,9 +375,7 @@ Status Engine::complete_boundary(bool applied, dsrt_step_result &result, dsrt_st
   monitor_boundary(step_start);
   report_progress(result);
   monitor_reduce_mark_ = reducer_.reduce_seconds();  // after report_progress, which may reset it
-  if (out != nullptr)
-    std::memcpy(reinterpret_cast<char *>(out) + sizeof(uint64_t), reinterpret_cast<const char *>(&result) + sizeof(uint64_t),
-                std::min<uint64_t>(out->struct_size, sizeof result) - sizeof(uint64_t));
+  if (out != nullptr) *out = result;  // whole; dsrt_engine_step copies the caller's struct_size bytes
   return param_nvme_close().with_context("step: writing the updated shards to NVMe");  // a failure keeps them
 }
 

@@ -37,8 +37,9 @@
 
 namespace dsrt {
 
+// The engine fills these from the config (the defaults are the schema's, src/config/schema_table.cpp).
 struct ReducerOptions {
-  int64_t bucket_elems = 500000000;
+  int64_t bucket_elems = 0;  // zero_optimization.reduce_bucket_size; 0: no two gradients share a bucket
   bool overlap_comm = false;
   bool reduce_scatter = true;
   dsrt_dtype working_dtype = DSRT_F32;

@@ -83,12 +83,15 @@ struct FrozenEntry {
   const void *shard = nullptr;
 };
 
+// The engine fills these from the config (zero_optimization.stage3_*; the defaults are the
+// schema's, src/config/schema_table.cpp). Left as they are: no prefetch, no bound on live
+// elements or on reuse distance, no persistent tensors.
 struct CoordinatorOptions {
   dsrt_dtype working_dtype = DSRT_F32;
-  int64_t prefetch_bucket_elems = 50000000;
-  int64_t max_live_elems = 1000000000;
-  int64_t max_reuse_distance = 1000000000;
-  int64_t persistence_threshold = 100000;
+  int64_t prefetch_bucket_elems = 0;
+  int64_t max_live_elems = INT64_MAX;
+  int64_t max_reuse_distance = INT64_MAX;
+  int64_t persistence_threshold = 0;
 };
 
 class ParamCoordinator {
