@@ -585,7 +585,7 @@ Status Engine::refresh_working_copies_impl() {
   const size_t wsize = dtype_size(working_dtype());
   char *working = static_cast<char *>(working_.data());
   const int64_t base = working_partition_base();
-  if (host_optimizer()) {
+  if (stages_through_host()) {
     // Host masters: convert into the host staging and copy it up, as the step does.
     for (const OwnedSegment &seg : part_.owned_segments(rank()))
       DSRT_RETURN_IF_ERROR(host_backend_->convert(master_.as<float>() + seg.part_offset, DSRT_F32,
@@ -595,7 +595,7 @@ Status Engine::refresh_working_copies_impl() {
   }
   std::vector<float> staged;  // NVMe: one segment at a time
   for (const OwnedSegment &seg : part_.owned_segments(rank())) {
-    if (host_optimizer()) break;
+    if (stages_through_host()) break;
     const int64_t at = base + seg.part_offset;
     if (nvme_) {
       staged.resize(static_cast<size_t>(seg.count));
@@ -603,9 +603,11 @@ Status Engine::refresh_working_copies_impl() {
       DSRT_RETURN_IF_ERROR(write_working_from_host(staged.data(), staged.size(), at));
       continue;
     }
-    DSRT_RETURN_IF_ERROR(backend_->convert(master_.as<float>() + seg.part_offset, DSRT_F32,
-                                           working + at * static_cast<int64_t>(wsize), working_dtype(),
-                                           static_cast<size_t>(seg.count)));
+    // Host masters on the CPU device (offload "cpu") convert straight into the working copy.
+    OptimizerBackend &backend = host_optimizer() ? *host_backend_ : *backend_;
+    DSRT_RETURN_IF_ERROR(backend.convert(master_.as<float>() + seg.part_offset, DSRT_F32,
+                                         working + at * static_cast<int64_t>(wsize), working_dtype(),
+                                         static_cast<size_t>(seg.count)));
   }
   DSRT_RETURN_IF_ERROR(backend_->synchronize());
   if (part_.flat()) {
