@@ -4,7 +4,7 @@
 engine in its own processes through `deepspeed_parity.py run`, at stage 2 and 3, with and without
 CPU offload (stage 3's offload moves the parameters too), on an MLP of 3 * width^2 parameters and
 change, at one or more widths and rank counts. The two engines alternate (which one goes first
-flips every repetition) and each figure is the median over the repetitions. Both engines get the
+flips from one pair of runs to the next) and each figure is the median over the repetitions. Both engines get the
 same OMP_NUM_THREADS: --threads when given, else 1 per rank with several ranks and the default
 (all cores) with one. Run by scripts/check-deepspeed.sh when DSRT_PARITY_BENCH_WIDTH is set.
 
@@ -94,6 +94,7 @@ def bench(widths, ranks, steps, repeat, threads, selected, out):
     lines = list(header)
     print("\n".join(header), flush=True)
     ok = True
+    runs_started = 0
     with tempfile.TemporaryDirectory() as tmp:
         for width in widths:
             for world in ranks:
@@ -105,8 +106,11 @@ def bench(widths, ranks, steps, repeat, threads, selected, out):
                         json.dump(config, f)
                     runs = {"deepspeed": [], "dsrt": []}
                     loads = [load()]
-                    for rep in range(repeat):
-                        order = ("deepspeed", "dsrt") if rep % 2 == 0 else ("dsrt", "deepspeed")
+                    for _ in range(repeat):
+                        # Which engine goes first flips from one pair of runs to the next.
+                        flip = runs_started % 2
+                        runs_started += 1
+                        order = ("dsrt", "deepspeed") if flip else ("deepspeed", "dsrt")
                         for engine in order:
                             timing = run_engine(engine, path, steps, world, width, threads, tmp)
                             if timing is not None:
