@@ -6,7 +6,9 @@ CPU offload (stage 3's offload moves the parameters too), on an MLP of 3 * width
 change, at one or more widths and rank counts. The two engines alternate (which one goes first
 flips from one pair of runs to the next) and each figure is the median over the repetitions. Both engines get the
 same OMP_NUM_THREADS: --threads when given, else 1 per rank with several ranks and the default
-(all cores) with one. Run by scripts/check-deepspeed.sh when DSRT_PARITY_BENCH_WIDTH is set.
+(all cores) with one. On a shared machine the wall times move with its load; the CPU-time
+columns (rank 0's process, all its threads) move less. Run by scripts/check-deepspeed.sh when
+DSRT_PARITY_BENCH_WIDTH is set.
 
     deepspeed_bench.py [--width 1536 ...] [--ranks 1 ...] [--steps 6] [--repeat 1] [--threads N]
                        [--cases NAME ...] [--out FILE]"""
@@ -45,7 +47,8 @@ def load():
 
 
 def run_engine(engine, config_path, steps, world, width, threads, tmp):
-    """(whole-step median, engine.step() median) of one run of one engine, or None (stderr told why)."""
+    """Medians over the steps after the first of one run of one engine: (whole step, engine.step()) in
+    wall seconds, then the same in rank 0's process CPU seconds; or None (stderr told why)."""
     here = os.path.dirname(os.path.abspath(__file__))
     result = os.path.join(tmp, engine + ".out")
     if os.path.exists(result):
@@ -85,12 +88,14 @@ def run_engine(engine, config_path, steps, world, width, threads, tmp):
         return None
     with open(result) as f:
         data = json.load(f)
-    return statistics.median(data["step_seconds"][1:]), statistics.median(data["engine_step_seconds"][1:])
+    return tuple(statistics.median(data[key][1:]) for key in ("step_seconds", "engine_step_seconds",
+                                                                "step_cpu_seconds", "engine_step_cpu_seconds"))
 
 
 def bench(widths, ranks, steps, repeat, threads, selected, out):
     header = ["| ranks | parameters | case | whole step DeepSpeed / dsrt (s) | ratio | engine.step() DeepSpeed / "
-              "dsrt (s) | ratio | load (1 min) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+              "dsrt (s) | ratio | CPU s: whole step ratio | CPU s: engine.step() ratio | load (1 min) |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     lines = list(header)
     print("\n".join(header), flush=True)
     ok = True
@@ -118,15 +123,15 @@ def bench(widths, ranks, steps, repeat, threads, selected, out):
                         loads.append(load())
                     label = "| %d | %.1fM | %s |" % (world, parameters(width) / 1e6, name)
                     if not runs["deepspeed"] or not runs["dsrt"]:
-                        lines.append(label + " failed | - | failed | - | - |")
+                        lines.append(label + " failed | - | failed | - | - | - | - |")
                         ok = False
                     else:
-                        dw = statistics.median(r[0] for r in runs["deepspeed"])
-                        ds = statistics.median(r[1] for r in runs["deepspeed"])
-                        tw = statistics.median(r[0] for r in runs["dsrt"])
-                        ts = statistics.median(r[1] for r in runs["dsrt"])
-                        lines.append(label + " %.3f / %.3f | %.2f | %.4f / %.4f | %.2f | %.1f-%.1f |" % (
-                            dw, tw, tw / dw, ds, ts, ts / ds, min(loads), max(loads)))
+                        dw, ds, dcw, dcs = (statistics.median(r[i] for r in runs["deepspeed"]) for i in range(4))
+                        tw, ts, tcw, tcs = (statistics.median(r[i] for r in runs["dsrt"]) for i in range(4))
+                        lines.append(label + " %.3f / %.3f | %.2f | %.4f / %.4f | %.2f | %.3f / %.3f = %.2f | "
+                                     "%.4f / %.4f = %.2f | %.1f-%.1f |" % (
+                                         dw, tw, tw / dw, ds, ts, ts / ds, dcw, tcw, tcw / dcw, dcs, tcs, tcs / dcs,
+                                         min(loads), max(loads)))
                     print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
     if out:
