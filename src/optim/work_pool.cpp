@@ -7,8 +7,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <memory>
 #include <thread>
-#include <vector>
+
+#include <unistd.h>
 
 namespace dsrt {
 namespace optim_kernels {
@@ -19,19 +21,14 @@ thread_local bool t_in_pool = false;
 // More helpers than this are never started, whatever a caller asks for.
 constexpr int kMaxHelpers = 255;
 
+// Never destroyed (see pool()): its helpers are detached and sleep in it until the process ends.
 class WorkPool {
  public:
   WorkPool() = default;
   WorkPool(const WorkPool &) = delete;
   WorkPool &operator=(const WorkPool &) = delete;
-  ~WorkPool() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    wake_.notify_all();
-    for (std::thread &t : helpers_) t.join();
-  }
+
+  const pid_t owner = getpid();  // a forked child has none of the helpers: it runs alone
 
   void run(size_t count, int threads, const std::function<void(size_t)> &body) {
     std::unique_lock<std::mutex> busy(run_mutex_, std::try_to_lock);
@@ -79,14 +76,15 @@ class WorkPool {
 
   // Starts helpers until there are at least n; false when none could be started.
   bool start_helpers(int n) {
-    while (static_cast<int>(helpers_.size()) < n) {
+    while (helpers_ < n) {
       try {
-        helpers_.emplace_back([this] { helper(); });
+        std::thread([this] { helper(); }).detach();
       } catch (...) {
         break;  // no more threads: run with the helpers there are
       }
+      ++helpers_;
     }
-    return !helpers_.empty();
+    return helpers_ > 0;
   }
 
   void helper() {
@@ -94,8 +92,7 @@ class WorkPool {
     uint64_t seen = 0;
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
+      wake_.wait(lock, [&] { return generation_ != seen; });
       seen = generation_;
       Job *job = job_;
       if (job == nullptr || job->slots <= 0) continue;
@@ -111,16 +108,17 @@ class WorkPool {
   std::mutex run_mutex_;  // one job at a time
   std::mutex mutex_;      // guards everything below
   std::condition_variable wake_, done_;
-  std::vector<std::thread> helpers_;
+  int helpers_ = 0;  // started (only run, under run_mutex_, changes it)
   Job *job_ = nullptr;
   uint64_t generation_ = 0;
   int active_ = 0;
-  bool stop_ = false;
 };
 
+// Deliberately never destroyed: helpers may still be asleep in it while the process exits, and a
+// static destructor would tear its mutex and condition variables down under them.
 WorkPool &pool() {
-  static WorkPool instance;
-  return instance;
+  static WorkPool *const instance = std::make_unique<WorkPool>().release();
+  return *instance;
 }
 
 }  // namespace
@@ -129,7 +127,7 @@ bool in_work_pool() { return t_in_pool; }
 
 void work_pool_run(size_t count, int threads, const std::function<void(size_t)> &body) {
   if (count == 0) return;
-  if (threads <= 1 || count == 1 || t_in_pool) {
+  if (threads <= 1 || count == 1 || t_in_pool || pool().owner != getpid()) {
     for (size_t i = 0; i < count; ++i) body(i);
     return;
   }

@@ -1,6 +1,6 @@
 // The CPU kernels' work pool (src/optim/work_pool.h): every item runs exactly once whatever the
 // thread count, nested calls run on the calling thread, concurrent callers each get all of their
-// items done, and the kernels that run on it give the same bits at every thread count.
+// items done, a forked child runs alone, and the norm it computes is the same bits run to run.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -10,6 +10,9 @@
 #include <set>
 #include <thread>
 #include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "optim/cpu_dispatch.h"
 #include "optim/cpu_optimizer.h"
@@ -67,6 +70,22 @@ TEST(WorkPool, ConcurrentCallersEachFinishTheirItems) {
     });
   for (std::thread &t : callers) t.join();
   for (auto &s : sums) EXPECT_EQ(s.load(), 50L * (99 * 100 / 2));
+}
+
+// A forked child has none of the parent's helpers: its calls run every item on the caller.
+TEST(WorkPool, ForkedChildRunsItsItems) {
+  work_pool_run(64, 4, [](size_t) {});  // the parent's helpers exist
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::atomic<int> done{0};
+    work_pool_run(64, 4, [&](size_t) { done.fetch_add(1); });
+    _exit(done.load() == 64 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 // The chunked kernels add per-chunk partial sums in chunk order: which thread ran a chunk never
