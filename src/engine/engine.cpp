@@ -570,7 +570,7 @@ Status Engine::refresh_working_copies_impl() {
   char *working = static_cast<char *>(working_.data());
   const int64_t base = working_partition_base();
   const int64_t master_elem = static_cast<int64_t>(dtype_size(master_dtype_));
-  if (host_optimizer()) {
+  if (stages_through_host()) {
     if (offload_split_ == 0) {
       // Host masters: convert into the host staging and copy it up, as the step does.
       for (const OwnedSegment &seg : part_.owned_segments(rank()))
@@ -602,7 +602,7 @@ Status Engine::refresh_working_copies_impl() {
   }
   std::vector<float> staged;  // NVMe: one segment at a time
   for (const OwnedSegment &seg : part_.owned_segments(rank())) {
-    if (host_optimizer()) break;
+    if (stages_through_host()) break;
     const int64_t at = base + seg.part_offset;
     if (nvme_) {
       staged.resize(static_cast<size_t>(seg.count));
@@ -610,9 +610,11 @@ Status Engine::refresh_working_copies_impl() {
       DSRT_RETURN_IF_ERROR(write_working_from_host(staged.data(), staged.size(), at));
       continue;
     }
-    DSRT_RETURN_IF_ERROR(backend_->convert(master_.as<char>() + seg.part_offset * master_elem, master_dtype_,
-                                           working + at * static_cast<int64_t>(wsize), working_dtype(),
-                                           static_cast<size_t>(seg.count)));
+    // Host masters on the CPU device (offload "cpu") convert straight into the working copy.
+    OptimizerBackend &backend = host_optimizer() ? *host_backend_ : *backend_;
+    DSRT_RETURN_IF_ERROR(backend.convert(master_.as<char>() + seg.part_offset * master_elem, master_dtype_,
+                                         working + at * static_cast<int64_t>(wsize), working_dtype(),
+                                         static_cast<size_t>(seg.count)));
   }
   DSRT_RETURN_IF_ERROR(backend_->synchronize());
   if (part_.flat()) {

@@ -190,8 +190,12 @@ class Engine {
   bool param_nvme_offload() const { return param_nvme_ != nullptr; }  // offload_param "nvme"
   NvmeSwapper *param_nvme_swapper() const { return param_nvme_.get(); }
   const GradReducer &grad_reducer() const { return reducer_; }
-  // offload_optimizer: the host copy of the fp32 gradient partition (nullptr without offload).
+  // offload_optimizer: the host copy of the fp32 gradient partition (nullptr without offload, and
+  // on the CPU device, where the optimizer reads the accumulator in place).
   const float *host_grad_partition() const { return host_grads_.as<float>(); }
+  // Tests: before build, make offload_optimizer "cpu" on the CPU device stage the gradients and
+  // the working partition through host buffers as on a GPU (the default there is in place).
+  Status set_host_staging_on_cpu(bool on);
   const ParamCoordinator *param_coordinator() const { return coordinator_.get(); }  // stage 3 only
   const Comm *hpz_group() const { return hpz_comm_.get(); }  // ZeRO++ hpZ group (null: off)
   Status refresh_working_copies();
@@ -252,18 +256,25 @@ class Engine {
   // ZeRO-Offload (offload_optimizer.device "cpu"): the fp32 masters and optimizer states are in
   // pinned host memory; at each boundary the reduced gradient partition is copied into
   // host_grads_, the norm, overflow check and optimizer run on the host, and the new working
-  // values are written into host_working_ (partition coordinates) and copied into working_.
+  // values are written into host_working_ (partition coordinates) and copied into working_. On
+  // the CPU device (stages_through_host() false) they read the accumulator and write working_.
   // Host memory for offloaded states: page-locked when offload.pin_memory, else pageable.
   Status allocate_offloaded(size_t bytes, const OffloadConfig &offload, DeviceBuffer *out);
   // NVMe swap buffers are always page-locked on a GPU (they are DMA sources and targets), as DeepSpeed's are.
   PinnedPool::Allocator swap_buffer_allocator() const;
   bool host_optimizer() const { return config_.zero.offload_optimizer.device == OffloadDevice::Cpu; }
   // Whether the step reads a host copy of the gradient partition and writes a host staging of the
-  // working partition: offload "cpu" everywhere, offload "nvme" on a device other than the CPU.
+  // working partition: offload "cpu" or "nvme" on a device other than the CPU. On the CPU device
+  // the gradient accumulator and the working copy are host memory already, so the CPU optimizer
+  // reads and writes them in place (no copies), unless a test asked for the staged path
+  // (set_host_staging_on_cpu) to run a GPU engine's code on a machine without one.
   bool stages_through_host() const {
-    return host_optimizer() ||
-           (config_.zero.offload_optimizer.device == OffloadDevice::Nvme && device_->type() != DSRT_DEVICE_CPU);
+    // A partial offload (offload_optimizer.ratio < 1, offload_split_ > 0) keeps the staged route:
+    // its device and host halves step at once from separate gradient and working buffers.
+    if (device_->type() == DSRT_DEVICE_CPU) return host_optimizer() && (host_staging_on_cpu_ || offload_split_ > 0);
+    return config_.zero.offload_optimizer.device != OffloadDevice::None;
   }
+  bool host_staging_on_cpu_ = false;
   // Masters and states resident in host-addressable memory (master_partition() is non-null).
   bool states_resident_on_host() const {
     return !nvme_ && offload_split_ == 0 && (host_optimizer() || device_->type() == DSRT_DEVICE_CPU);

@@ -53,6 +53,12 @@ Status Engine::set_stream(void *stream) {
   return Status::Ok();
 }
 
+Status Engine::set_host_staging_on_cpu(bool on) {
+  if (built_) return Error(DSRT_ERR_STATE, "set_host_staging_on_cpu: call it before dsrt_engine_build");
+  host_staging_on_cpu_ = on;
+  return Status::Ok();
+}
+
 Status Engine::order_after_host() {
   if (host_stream_ == nullptr || device_->type() == DSRT_DEVICE_CPU) return Status::Ok();
   DSRT_RETURN_IF_ERROR(device_->record_event(order_event_, host_stream_));
@@ -123,12 +129,14 @@ Status Engine::optimizer_update(float grad_scale) {
   const std::vector<OwnedSegment> segments = part_.owned_segments(rank());
   const dsrt_dtype wdt = working_dtype();
   const int64_t wsize = static_cast<int64_t>(dtype_size(wdt));
-  // Offloaded, the update runs on host memory and writes the working values into the host
-  // staging (partition coordinates), copied to the device afterwards.
+  // Offloaded, the update runs on host memory; on a GPU it writes the working values into the
+  // host staging (partition coordinates), copied to the device afterwards, and on the CPU device
+  // straight into the working copy.
   const bool on_host = host_optimizer();
-  const int64_t working_base = on_host ? 0 : working_partition_base();
+  const bool staged = stages_through_host();
+  const int64_t working_base = staged ? 0 : working_partition_base();
   const float *grads = step_grads();
-  char *working = on_host ? host_working_.as<char>() : static_cast<char *>(working_.data());
+  char *working = staged ? host_working_.as<char>() : static_cast<char *>(working_.data());
   const bool bf16_master = master_dtype_ == DSRT_BF16, bf16_states = state_dtype_ == DSRT_BF16;
   auto slice_of = [&](const OwnedSegment &seg) {
     OptimizerSlice s;
@@ -170,7 +178,7 @@ Status Engine::optimizer_update(float grad_scale) {
                                                     group_slices.size(), g)));
     }
     DSRT_RETURN_IF_ERROR(backend.synchronize());
-    return on_host ? upload_working_partition() : Status::Ok();
+    return staged ? upload_working_partition() : Status::Ok();
   }
 
   // Lamb: the trust ratio needs whole-tensor norms, summed over the ranks' pieces (each tensor has
@@ -237,7 +245,7 @@ Status Engine::optimizer_update(float grad_scale) {
     }));
   }
   DSRT_RETURN_IF_ERROR(backend.synchronize());
-  return on_host ? upload_working_partition() : Status::Ok();
+  return staged ? upload_working_partition() : Status::Ok();
 }
 
 Status Engine::step(dsrt_step_result *out) {
