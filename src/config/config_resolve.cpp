@@ -174,6 +174,9 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
   z.stage3_max_reuse_distance = i64(zp + "stage3_max_reuse_distance", z.stage3_max_reuse_distance);
   z.stage3_gather_16bit_weights_on_model_save =
       flag(zp + "stage3_gather_16bit_weights_on_model_save", z.stage3_gather_16bit_weights_on_model_save);
+  z.zero_quantized_weights = flag(zp + "zero_quantized_weights", false);
+  z.zero_quantized_nontrainable_weights = flag(zp + "zero_quantized_nontrainable_weights", false);
+  z.zero_quantized_gradients = flag(zp + "zero_quantized_gradients", false);
   for (OffloadConfig *offload : {&z.offload_optimizer, &z.offload_param}) {
     const bool is_param = offload == &z.offload_param;
     const std::string p = zp + (is_param ? "offload_param." : "offload_optimizer.");

@@ -103,6 +103,11 @@ struct ZeroConfig {
   int64_t stage3_max_live_parameters = 1000000000;
   int64_t stage3_max_reuse_distance = 1000000000;
   bool stage3_gather_16bit_weights_on_model_save = false;
+  // ZeRO++ (stage 3 only; DeepSpeed ignores them at other stages): int8 parameter all-gathers
+  // (qwZ), of frozen tensors only, and int4 gradient reduce-scatter (qgZ). docs/zero.md.
+  bool zero_quantized_weights = false;
+  bool zero_quantized_nontrainable_weights = false;
+  bool zero_quantized_gradients = false;
   OffloadConfig offload_optimizer;
   OffloadConfig offload_param;  // buffer_count defaults to 5 here
 };

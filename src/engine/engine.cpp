@@ -382,6 +382,16 @@ Status Engine::build_impl() {
           .with_context("copying reduced gradients to host memory (offload_optimizer)");
     };
   }
+  const bool zeropp = config_.zero.zero_quantized_weights || config_.zero.zero_quantized_nontrainable_weights ||
+                      config_.zero.zero_quantized_gradients;
+  if (zeropp && part_.stage() != 3)
+    log_warn_once("zeropp-stage", Format("zero_optimization.zero_quantized_*: ZeRO++ quantized communication acts at "
+                                         "stage 3 only (as in DeepSpeed); stage %d ignores it", part_.stage()));
+  ro.quantized_gradients = part_.stage() == 3 && config_.zero.zero_quantized_gradients;
+  if (ro.quantized_gradients) {
+    // DeepSpeed reduces 1-D tensors (biases, norms) without quantization.
+    for (const TensorInfo &t : tensors_) ro.quantize_tensor.push_back(t.shape.size() >= 2);
+  }
   DSRT_RETURN_IF_ERROR(reducer_.init(&part_, comm_.get(), device_.get(), backend_.get(), ro));
   reducer_.set_divide_by_accumulation(scale_wrt_gas_);
   reducer_.set_last_micro_step(boundary_override_);
@@ -393,11 +403,20 @@ Status Engine::build_impl() {
     co.max_live_elems = config_.zero.stage3_max_live_parameters;
     co.max_reuse_distance = config_.zero.stage3_max_reuse_distance;
     co.persistence_threshold = config_.zero.stage3_param_persistence_threshold;
+    co.quantized_weights = config_.zero.zero_quantized_weights;
     std::vector<std::string> names;
     for (const TensorInfo &t : tensors_) names.push_back(t.name);
     coordinator_ = std::make_unique<ParamCoordinator>();
     DSRT_RETURN_IF_ERROR(coordinator_->init(&part_, comm_.get(), device_.get(), co, working_.data(), std::move(names)));
     if (config_.zero.offload_param.device != OffloadDevice::None) DSRT_RETURN_IF_ERROR(param_offload_build());
+  }
+  if (part_.stage() == 3 && frozen_.size() > 0 &&
+      (config_.zero.zero_quantized_weights || config_.zero.zero_quantized_nontrainable_weights)) {
+    if (device_->type() != DSRT_DEVICE_CPU)
+      return Error(DSRT_ERR_UNSUPPORTED,
+                   "zero_optimization.zero_quantized_nontrainable_weights / zero_quantized_weights: dsrt quantizes "
+                   "gathers on the CPU device only; set them to false on a GPU device");
+    frozen_.set_quantized_gathers(true);
   }
   DSRT_RETURN_IF_ERROR(frozen_.build(comm_.get(), device_.get(), working_dtype(), part_.stage()));
   fix_step_lrs();

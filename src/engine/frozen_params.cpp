@@ -58,8 +58,17 @@ Status FrozenParams::write_range(DeviceBuffer &buffer, int64_t at, const float *
   return device_->synchronize(nullptr);
 }
 
-Status FrozenParams::gather(size_t i, void *dst) {
+Status FrozenParams::gather(size_t i, void *dst, bool quantized) {
   Tensor &t = tensors_[i];
+  if (quantized) {
+    QuantizedAllGather q;
+    CommHandle handle;
+    const char *what = "gathering frozen tensor '%s' (zero_quantized_nontrainable_weights)";
+    DSRT_RETURN_IF_ERROR(q.start(comm_, t.resident.data(), static_cast<size_t>(shard_elems(i)), dtype_, &handle)
+                             .with_context(Format(what, t.name.c_str())));
+    DSRT_RETURN_IF_ERROR(handle->wait().with_context(Format(what, t.name.c_str())));
+    return q.finish(dst).with_context(Format(what, t.name.c_str()));
+  }
   return comm_->all_gather_sync(t.resident.data(), dst, static_cast<size_t>(shard_elems(i)), dtype_)
       .with_context(Format("gathering frozen tensor '%s'", t.name.c_str()));
 }
@@ -76,7 +85,7 @@ Status FrozenParams::acquire(size_t i, void **data) {
     DeviceBuffer buffer;
     DSRT_RETURN_IF_ERROR(device_->allocate(bytes, &buffer, false)
                              .with_context(Format("allocating the gathered copy of frozen tensor '%s'", t.name.c_str())));
-    DSRT_RETURN_IF_ERROR(gather(i, buffer.data()));
+    DSRT_RETURN_IF_ERROR(gather(i, buffer.data(), quantized_));
     t.gathered = std::move(buffer);
   }
   ++t.acquired;
@@ -123,7 +132,7 @@ Status FrozenParams::write_owned_fp32(size_t i, const float *owned_values) {
   Tensor &t = tensors_[i];
   const ElemRange mine = owned(i);
   DSRT_RETURN_IF_ERROR(write_range(t.resident, 0, owned_values, mine.size()));
-  if (!t.gathered.empty()) DSRT_RETURN_IF_ERROR(gather(i, t.gathered.data()));  // collective, as acquire
+  if (!t.gathered.empty()) DSRT_RETURN_IF_ERROR(gather(i, t.gathered.data(), quantized_));  // collective, as acquire
   return Status::Ok();
 }
 

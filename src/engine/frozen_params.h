@@ -11,6 +11,10 @@
 // acquires the same frozen tensors in the same order), nested acquires share it, and the last
 // release frees it.
 //
+// zero_quantized_nontrainable_weights (ZeRO++): acquire's gather sends each shard as int8 blocks
+// with fp32 scales and dequantizes on arrival (zero/quantized_gather.h); the resident shards stay
+// in the working dtype, and reads for checkpoints (read_fp32, read_working) gather them exactly.
+//
 // Values come in as fp32 (registration, write_fp32, checkpoint load) and are stored in the
 // working dtype; read_fp32 widens the working copy back (exact).
 #pragma once
@@ -24,6 +28,7 @@
 #include "dsrt.h"
 #include "util/status.h"
 #include "zero/partition.h"
+#include "zero/quantized_gather.h"
 
 namespace dsrt {
 
@@ -43,6 +48,9 @@ class FrozenParams {
   void add(std::string name, std::vector<int64_t> shape, int64_t numel, std::vector<float> init);
   // Allocates and fills the working copies; sharded at stage 3 on more than one rank.
   Status build(Comm *comm, Device *device, dsrt_dtype dtype, int stage);
+  // Quantized gathers for acquire (zero_quantized_nontrainable_weights); CPU device only.
+  void set_quantized_gathers(bool on) { quantized_ = on; }
+  bool quantized_gathers() const { return quantized_; }
 
   size_t size() const { return tensors_.size(); }
   const Tensor &tensor(size_t i) const { return tensors_[i]; }
@@ -69,13 +77,15 @@ class FrozenParams {
 
  private:
   Status write_range(DeviceBuffer &buffer, int64_t at, const float *src, int64_t count);
-  Status gather(size_t i, void *dst);
+  // quantized: acquire's gather under zero_quantized_nontrainable_weights.
+  Status gather(size_t i, void *dst, bool quantized = false);
 
   std::vector<Tensor> tensors_;
   Comm *comm_ = nullptr;
   Device *device_ = nullptr;
   dsrt_dtype dtype_ = DSRT_F32;
   bool sharded_ = false;
+  bool quantized_ = false;
 };
 
 }  // namespace dsrt

@@ -28,12 +28,14 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "comm/comm.h"
 #include "device/device.h"
 #include "optim/optimizer_backend.h"
 #include "zero/partition.h"
+#include "zero/quantized_reduce.h"
 
 namespace dsrt {
 
@@ -52,6 +54,14 @@ struct ReducerOptions {
   // chunk of the boundary reduction at stages 0-1. ZeRO-Offload copies each range to host memory
   // here, overlapping the copy with the rest of backward. May be empty.
   std::function<Status(int64_t part_offset, int64_t count)> on_final_range;
+  // ZeRO++ qgZ (zero_quantized_gradients, stage 3 on more than one rank): each bucket's
+  // reduce-scatter becomes quantized_reduce.h's hierarchical all-to-all over the nodes of
+  // comm_split_by_node. quantize_tensor[t] false sends tensor t's shard unquantized (DeepSpeed
+  // does so for 1-D tensors); empty means every tensor is quantized. Host memory only.
+  bool quantized_gradients = false;
+  int qgz_bits = 4;
+  size_t qgz_group = 512;
+  std::vector<bool> quantize_tensor;
 };
 
 class GradReducer {
@@ -120,6 +130,7 @@ class GradReducer {
     CommHandle handle;
     DeviceBuffer send;   // staged or rearranged copy (may be empty: the bucket buffer is sent)
     DeviceBuffer recv;   // this rank's reduced block (empty for all-reduce)
+    bool quantized = false;  // qgZ: recv holds the reduced block in fp32
   };
 
   Status take_buffer(size_t bytes, DeviceBuffer *out);
@@ -159,6 +170,7 @@ class GradReducer {
   bool divide_by_accumulation_ = true;
   int last_override_ = -1;             // set_last_micro_step; -1: count
   double reduce_seconds_ = 0;
+  std::unique_ptr<QuantizedReduceScatter> qgz_;  // zero_quantized_gradients
 };
 
 }  // namespace dsrt

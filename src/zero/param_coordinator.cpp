@@ -34,6 +34,10 @@ Status ParamCoordinator::init(const Partitioning *partitioning, Comm *comm, Devi
   options_ = options;
   shards_ = shards;
   names_ = std::move(names);
+  if (options_.quantized_weights && device_->type() != DSRT_DEVICE_CPU)
+    return Error(DSRT_ERR_UNSUPPORTED,
+                 "zero_optimization.zero_quantized_weights: dsrt quantizes parameter gathers on the CPU device only; "
+                 "set it to false on a GPU device");
   tensors_ = std::vector<TensorState>(part_->num_tensors());
   int64_t largest = 0;
   for (size_t t = 0; t < tensors_.size(); ++t)
@@ -70,11 +74,16 @@ Status ParamCoordinator::gather(size_t t, bool async) {
   }
   const char *send = nullptr;
   Status status = shard_to_send(t, &send);
-  if (status.ok())
+  if (status.ok() && options_.quantized_weights && comm_->size() > 1) {
+    status = ts.quantized.start(comm_, send, static_cast<size_t>(s), options_.working_dtype, &ts.pending)
+                 .with_context(Format("gathering '%s' (zero_quantized_weights)", names_[t].c_str()));
+  } else if (status.ok()) {
     status = comm_->all_gather(send, ts.gathered.data(), static_cast<size_t>(s), options_.working_dtype, &ts.pending)
                  .with_context(Format("gathering '%s'", names_[t].c_str()));
+  }
   if (!status.ok()) {
     // Nothing was gathered: a fresh copy must not be taken for the tensor by a later acquire.
+    ts.quantized.abandon();
     ts.staged.reset();
     if (fresh) free_gathered(t);
     gather_seconds_ += now_seconds() - start;
@@ -242,6 +251,14 @@ Status ParamCoordinator::wait_pending(size_t t) {
   in_flight_elems_ -= gathered_elems(t);
   Status status = handle->wait().with_context(Format("gathering '%s'", names_[t].c_str()));
   ts.staged.reset();
+  if (ts.quantized.active()) {
+    if (status.ok()) {
+      status = ts.quantized.finish(ts.gathered.data())
+                   .with_context(Format("dequantizing the gathered '%s' (zero_quantized_weights)", names_[t].c_str()));
+    } else {
+      ts.quantized.abandon();
+    }
+  }
   gather_seconds_ += now_seconds() - start;
   return status;
 }

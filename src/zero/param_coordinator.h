@@ -38,6 +38,7 @@
 #include "comm/comm.h"
 #include "device/device.h"
 #include "zero/partition.h"
+#include "zero/quantized_gather.h"
 #include "zero/shard_source.h"
 
 namespace dsrt {
@@ -60,6 +61,10 @@ struct CoordinatorOptions {
   int64_t max_live_elems = 1000000000;
   int64_t max_reuse_distance = 1000000000;
   int64_t persistence_threshold = 100000;
+  // ZeRO++ qwZ (zero_quantized_weights): every gather sends int8 blocks with fp32 scales
+  // (quantized_gather.h) and dequantizes into the gathered copy; the shards are unchanged. Host
+  // memory only: init refuses it on another device.
+  bool quantized_weights = false;
 };
 
 class ParamCoordinator {
@@ -113,6 +118,7 @@ class ParamCoordinator {
   struct TensorState {
     DeviceBuffer gathered;  // shard_size * W elements; the first numel are the tensor
     CommHandle pending;     // an in-flight prefetch into gathered
+    QuantizedAllGather quantized;  // qwZ: the payloads of the gather in flight
     DeviceBuffer staged;    // the shard read from the source, sent by the gather (NVMe offload)
     Read read = Read::None;
     Status read_error;

@@ -1,0 +1,175 @@
+// quantized_reduce.cpp -- see quantized_reduce.h.
+#include "zero/quantized_reduce.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "util/half.h"
+
+namespace dsrt {
+namespace {
+
+size_t round4(size_t bytes) { return (bytes + 3) / 4 * 4; }
+
+size_t segment_bytes(const QgzSegment &seg, const QuantFormat &format) {
+  if (!seg.quantized) return seg.elems * sizeof(float);
+  return quant_groups(seg.elems, format.group) * sizeof(float) + round4(quant_value_bytes(seg.elems, format.bits));
+}
+
+size_t block_elems(const std::vector<QgzSegment> &segments) {
+  size_t n = 0;
+  for (const QgzSegment &seg : segments) n += seg.elems;
+  return n;
+}
+
+}  // namespace
+
+Status QuantizedReduceScatter::init(Comm *world, std::shared_ptr<Comm> intra, std::shared_ptr<Comm> inter, int bits,
+                                    size_t group) {
+  world_ = world;
+  format_.bits = bits;
+  format_.group = group;
+  DSRT_RETURN_IF_ERROR(quant_check_format(format_).with_context("zero_quantized_gradients"));
+  const int w = world->size();
+  nodes_ = 1;
+  locals_ = w;
+  my_node_ = 0;
+  my_local_ = world->rank();
+  if (intra && inter && intra->size() * inter->size() == w) {
+    // Every rank reports (node, local); the layout is used only if all nodes are the same size
+    // and the indices form a grid.
+    std::vector<uint64_t> where(2 * static_cast<size_t>(w), 0);
+    where[2 * static_cast<size_t>(world->rank())] = static_cast<uint64_t>(inter->rank()) + 1;
+    where[2 * static_cast<size_t>(world->rank()) + 1] = static_cast<uint64_t>(intra->rank()) + 1;
+    DSRT_RETURN_IF_ERROR(world->all_reduce_u64(where.data(), where.size(), ReduceOp::Sum)
+                             .with_context("zero_quantized_gradients: agreeing on the node layout"));
+    const int n = inter->size(), l = intra->size();
+    std::vector<int> at(static_cast<size_t>(w), -1);
+    bool grid = true;
+    for (int r = 0; r < w && grid; ++r) {
+      const uint64_t node = where[2 * static_cast<size_t>(r)], local = where[2 * static_cast<size_t>(r) + 1];
+      if (node < 1 || node > static_cast<uint64_t>(n) || local < 1 || local > static_cast<uint64_t>(l)) {
+        grid = false;
+        break;
+      }
+      int &slot = at[(node - 1) * static_cast<uint64_t>(l) + (local - 1)];
+      if (slot != -1) grid = false;
+      slot = r;
+    }
+    if (grid) {
+      nodes_ = n;
+      locals_ = l;
+      my_node_ = inter->rank();
+      my_local_ = intra->rank();
+      rank_at_ = std::move(at);
+      intra_ = std::move(intra);
+      inter_ = std::move(inter);
+      return Status::Ok();
+    }
+  }
+  // One node: the world itself is the node.
+  rank_at_.resize(static_cast<size_t>(w));
+  for (int r = 0; r < w; ++r) rank_at_[static_cast<size_t>(r)] = r;
+  intra_.reset();
+  inter_.reset();
+  return Status::Ok();
+}
+
+size_t QuantizedReduceScatter::payload_bytes(const std::vector<QgzSegment> &segments) const {
+  size_t bytes = 0;
+  for (const QgzSegment &seg : segments) bytes += segment_bytes(seg, format_);
+  return bytes;
+}
+
+Status QuantizedReduceScatter::pack(const void *src, dsrt_dtype dtype, const std::vector<QgzSegment> &segments,
+                                    uint8_t *payload) const {
+  const char *in = static_cast<const char *>(src);
+  const size_t esize = dtype_size(dtype);
+  for (const QgzSegment &seg : segments) {
+    if (seg.quantized) {
+      const size_t groups = quant_groups(seg.elems, format_.group);
+      DSRT_RETURN_IF_ERROR(quantize_blocks(in, dtype, seg.elems, format_, payload + groups * sizeof(float),
+                                           reinterpret_cast<float *>(payload)));
+    } else {
+      float *raw = reinterpret_cast<float *>(payload);
+      for (size_t i = 0; i < seg.elems; ++i) raw[i] = to_float(in, dtype, i);
+    }
+    payload += segment_bytes(seg, format_);
+    in += seg.elems * esize;
+  }
+  return Status::Ok();
+}
+
+Status QuantizedReduceScatter::unpack_add(const uint8_t *payload, const std::vector<QgzSegment> &segments,
+                                          float *dst) const {
+  for (const QgzSegment &seg : segments) {
+    if (seg.quantized) {
+      const size_t groups = quant_groups(seg.elems, format_.group);
+      DSRT_RETURN_IF_ERROR(dequantize_add_blocks(payload + groups * sizeof(float),
+                                                 reinterpret_cast<const float *>(payload), seg.elems, format_, dst));
+    } else {
+      const float *raw = reinterpret_cast<const float *>(payload);
+      for (size_t i = 0; i < seg.elems; ++i) dst[i] += raw[i];
+    }
+    payload += segment_bytes(seg, format_);
+    dst += seg.elems;
+  }
+  return Status::Ok();
+}
+
+Status QuantizedReduceScatter::reduce_scatter(const void *send, dsrt_dtype dtype,
+                                              const std::vector<QgzSegment> &segments, float *out) {
+  if (world_ == nullptr) return Error(DSRT_ERR_STATE, "qgZ reduce-scatter used before init");
+  const size_t block = block_elems(segments);
+  const size_t payload = payload_bytes(segments);
+  const size_t esize = dtype_size(dtype);
+  const char *in = static_cast<const char *>(send);
+  const size_t n = static_cast<size_t>(nodes_), l = static_cast<size_t>(locals_);
+  Comm *stage1 = intra_ ? intra_.get() : world_;
+
+  // Steps 1-2: partial_[node] = sum over this node's ranks of the block of rank (node, my_local).
+  partial_.assign(n * block, 0.0f);
+  if (l > 1) {
+    send_.resize(l * n * payload);
+    recv_.resize(l * n * payload);
+    for (size_t peer = 0; peer < l; ++peer) {
+      for (size_t node = 0; node < n; ++node) {
+        const size_t dest = static_cast<size_t>(rank_at_[node * l + peer]);
+        DSRT_RETURN_IF_ERROR(pack(in + dest * block * esize, dtype, segments, send_.data() + (peer * n + node) * payload));
+      }
+    }
+    CommHandle handle;
+    DSRT_RETURN_IF_ERROR(stage1->all_to_all_bytes(send_.data(), recv_.data(), n * payload, &handle)
+                             .with_context("qgZ all-to-all inside the node"));
+    DSRT_RETURN_IF_ERROR(handle->wait().with_context("qgZ all-to-all inside the node"));
+    // Senders in rank order, so the fp32 sums are the same on every run.
+    for (size_t from = 0; from < l; ++from)
+      for (size_t node = 0; node < n; ++node)
+        DSRT_RETURN_IF_ERROR(unpack_add(recv_.data() + (from * n + node) * payload, segments, partial_.data() + node * block));
+  } else {
+    for (size_t node = 0; node < n; ++node) {
+      const size_t dest = static_cast<size_t>(rank_at_[node * l + static_cast<size_t>(my_local_)]);
+      for (size_t i = 0; i < block; ++i) partial_[node * block + i] = to_float(in + dest * block * esize, dtype, i);
+    }
+  }
+  if (n == 1) {
+    std::memcpy(out, partial_.data(), block * sizeof(float));
+    return Status::Ok();
+  }
+
+  // Steps 3-4: the partial sums across nodes.
+  send_.resize(n * payload);
+  recv_.resize(n * payload);
+  for (size_t node = 0; node < n; ++node)
+    DSRT_RETURN_IF_ERROR(pack(partial_.data() + node * block, DSRT_F32, segments, send_.data() + node * payload));
+  CommHandle handle;
+  DSRT_RETURN_IF_ERROR(inter_->all_to_all_bytes(send_.data(), recv_.data(), payload, &handle)
+                           .with_context("qgZ all-to-all across nodes"));
+  DSRT_RETURN_IF_ERROR(handle->wait().with_context("qgZ all-to-all across nodes"));
+  std::memset(out, 0, block * sizeof(float));
+  for (size_t node = 0; node < n; ++node)
+    DSRT_RETURN_IF_ERROR(unpack_add(recv_.data() + node * payload, segments, out));
+  return Status::Ok();
+}
+
+}  // namespace dsrt

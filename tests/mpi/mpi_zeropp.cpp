@@ -1,0 +1,162 @@
+// dsrt-mpi-ranks: 2 4
+// ZeRO++ communication across ranks: the qwZ quantized all-gather (every block read back within
+// one quantization step of the sent value, and equal to a local quantize + dequantize) and the
+// qgZ quantized reduce-scatter, on one node and in the hierarchical two-stage scheme (ranks per
+// node forced by DSRT_RANKS_PER_NODE), against the float64 sum of every rank's data, which each
+// rank regenerates from seeds. The error bound is the format's: one step of every group an
+// element passed through.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "comm/topology.h"
+#include "mpi_test_main.h"
+#include "quant/quantize.h"
+#include "util/half.h"
+#include "zero/quantized_gather.h"
+#include "zero/quantized_reduce.h"
+
+namespace dsrt {
+namespace {
+
+std::shared_ptr<Comm> g_world;
+
+// Rank r's values (dtype bytes), magnitudes varying from group to group.
+std::vector<uint8_t> rank_values(int r, size_t n, dsrt_dtype dtype, uint32_t salt) {
+  std::mt19937 rng(1000u * salt + static_cast<uint32_t>(r));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint8_t> out(n * dtype_size(dtype));
+  float magnitude = 1.0f;
+  for (size_t i = 0; i < n; ++i) {
+    if (i % 300 == 0) magnitude = std::pow(10.0f, std::uniform_real_distribution<float>(-3.0f, 1.0f)(rng));
+    from_float(out.data(), dtype, i, normal(rng) * magnitude);
+  }
+  return out;
+}
+
+TEST(Zeropp, QuantizedAllGatherReadsBackWithinOneStep) {
+  const int w = g_world->size(), me = g_world->rank();
+  for (dsrt_dtype dtype : {DSRT_F32, DSRT_BF16, DSRT_F16}) {
+    for (size_t s : {size_t(8192), size_t(1003), size_t(40000)}) {
+      SCOPED_TRACE("dtype " + std::to_string(dtype) + " shard " + std::to_string(s));
+      const std::vector<uint8_t> mine = rank_values(me, s, dtype, 1);
+      std::vector<uint8_t> gathered(s * static_cast<size_t>(w) * dtype_size(dtype));
+      QuantizedAllGather q;
+      CommHandle handle;
+      ASSERT_TRUE(q.start(g_world.get(), mine.data(), s, dtype, &handle).ok());
+      ASSERT_TRUE(handle->wait().ok());
+      ASSERT_TRUE(q.finish(gathered.data()).ok());
+      EXPECT_EQ(q.bytes_sent(), QuantizedAllGather::payload_bytes(s));
+      // int8 + fp32 scales: at most a quarter of fp32 plus the scales.
+      EXPECT_LE(QuantizedAllGather::payload_bytes(s), s + 4 * quant_groups(s, qwz_group_size(s)) + 3);
+      const QuantFormat format{8, qwz_group_size(s)};
+      for (int r = 0; r < w; ++r) {
+        const std::vector<uint8_t> x = rank_values(r, s, dtype, 1);
+        // Exactly what a local round trip gives.
+        std::vector<uint8_t> qv(s);
+        std::vector<float> scales(quant_groups(s, format.group));
+        std::vector<uint8_t> local(x.size());
+        ASSERT_TRUE(quantize_blocks(x.data(), dtype, s, format, qv.data(), scales.data()).ok());
+        ASSERT_TRUE(dequantize_blocks(qv.data(), scales.data(), s, format, local.data(), dtype).ok());
+        EXPECT_EQ(0, std::memcmp(local.data(), gathered.data() + static_cast<size_t>(r) * x.size(), x.size()))
+            << "block of rank " << r;
+        // Within one step of the float64 value (plus the dtype's rounding of the result). Counted,
+        // not asserted: a rank leaving early would leave the others waiting in a collective.
+        size_t outside = 0;
+        for (size_t i = 0; i < s; ++i) {
+          const double v = to_float(x.data(), dtype, i);
+          const double got = to_float(gathered.data(), dtype, static_cast<size_t>(r) * s + i);
+          const double step = scales[i / format.group];
+          const double rounding = dtype == DSRT_F32 ? 0.0 : std::fabs(got) * (dtype == DSRT_BF16 ? 0x1p-8 : 0x1p-11);
+          if (!(std::fabs(got - v) <= step * (1 + 1e-4) + rounding)) ++outside;
+        }
+        EXPECT_EQ(outside, 0u) << "block of rank " << r;
+      }
+    }
+  }
+}
+
+// The qgZ reduce-scatter of W blocks of segments against the float64 sum.
+void check_reduce_scatter(const char *ranks_per_node, int expect_nodes) {
+  if (ranks_per_node) setenv("DSRT_RANKS_PER_NODE", ranks_per_node, 1);
+  std::shared_ptr<Comm> intra, inter;
+  Status st = comm_split_by_node(*g_world, &intra, &inter);
+  if (ranks_per_node) unsetenv("DSRT_RANKS_PER_NODE");
+  ASSERT_TRUE(st.ok()) << st.message();
+  const int w = g_world->size(), me = g_world->rank();
+  for (int bits : {4, 8}) {
+    QuantizedReduceScatter qrs;
+    ASSERT_TRUE(qrs.init(g_world.get(), intra, inter, bits, 512).ok());
+    EXPECT_EQ(qrs.nodes(), expect_nodes);
+    // Segments like a bucket's shards: a large matrix shard, a small raw (1-D) one, an odd one.
+    const std::vector<QgzSegment> segments = {{3000, true}, {37, false}, {1501, true}, {8, true}};
+    size_t block = 0;
+    for (const QgzSegment &seg : segments) block += seg.elems;
+    for (dsrt_dtype dtype : {DSRT_F32, DSRT_BF16}) {
+      SCOPED_TRACE("bits " + std::to_string(bits) + " dtype " + std::to_string(dtype) + " nodes " +
+                   std::to_string(expect_nodes));
+      const std::vector<uint8_t> send = rank_values(me, block * static_cast<size_t>(w), dtype, 2 + bits);
+      std::vector<float> out(block, -7.0f);
+      ASSERT_TRUE(qrs.reduce_scatter(send.data(), dtype, segments, out.data()).ok());
+      // Reference: every rank's block for me, summed in float64; the bound from each sender's group
+      // maxima (step 1) and from the maxima of the partial sums, bounded by their sum (step 2).
+      const double levels = std::ldexp(1.0, bits - 1);
+      std::vector<double> exact(block, 0.0), bound(block, 0.0), magnitude(block, 0.0);
+      for (int r = 0; r < w; ++r) {
+        const std::vector<uint8_t> theirs = rank_values(r, block * static_cast<size_t>(w), dtype, 2 + bits);
+        size_t at = 0;
+        for (const QgzSegment &seg : segments) {
+          for (size_t g0 = 0; g0 < seg.elems; g0 += 512) {
+            const size_t g1 = std::min(seg.elems, g0 + 512);
+            double absmax = 0;
+            for (size_t i = g0; i < g1; ++i)
+              absmax = std::max(absmax, std::fabs(double(to_float(theirs.data(), dtype, static_cast<size_t>(me) * block + at + i))));
+            for (size_t i = g0; i < g1; ++i) {
+              const double x = to_float(theirs.data(), dtype, static_cast<size_t>(me) * block + at + i);
+              exact[at + i] += x;
+              magnitude[at + i] += std::fabs(x);  // fp32 sums round relative to this
+              if (seg.quantized) bound[at + i] += 2 * absmax / levels;  // a step in each stage
+            }
+          }
+          at += seg.elems;
+        }
+      }
+      // No ASSERT inside: a rank leaving early would leave the others waiting in a collective.
+      double err_sum = 0, bound_sum = 0;
+      size_t outside = 0, first_outside = block;
+      for (size_t i = 0; i < block; ++i) {
+        const double err = std::fabs(out[i] - exact[i]);
+        if (!(err <= bound[i] * (1 + 1e-3) + 1e-6 * magnitude[i])) {
+          if (outside++ == 0) first_outside = i;
+        }
+        err_sum += err;
+        bound_sum += bound[i];
+      }
+      EXPECT_EQ(outside, 0u) << "first at element " << first_outside << ": got " << out[first_outside % block]
+                             << ", exact " << exact[first_outside % block] << ", bound " << bound[first_outside % block];
+      // Round to nearest: the typical error is well inside the worst case.
+      EXPECT_LT(err_sum, 0.5 * bound_sum);
+      // The raw segment is exact up to fp32 addition.
+      for (size_t i = 3000; i < 3037; ++i) EXPECT_NEAR(out[i], exact[i], 1e-6 * magnitude[i]);
+      EXPECT_LT(qrs.payload_bytes(segments), block * sizeof(float) * (bits == 4 ? 0.15 : 0.27) + 37 * 4);
+    }
+  }
+}
+
+TEST(Zeropp, QuantizedReduceScatterOneNode) { check_reduce_scatter(nullptr, 1); }
+
+TEST(Zeropp, QuantizedReduceScatterHierarchical) {
+  // 4 ranks: 2 nodes of 2 (both stages); 2 ranks: 2 nodes of 1 (the cross-node stage only).
+  const int w = g_world->size();
+  if (w == 4) check_reduce_scatter("2", 2);
+  if (w == 2) check_reduce_scatter("1", 2);
+}
+
+}  // namespace
+}  // namespace dsrt
+
+int main(int argc, char **argv) { return dsrt::run_mpi_gtests(argc, argv, "mpi_zeropp", &dsrt::g_world); }
