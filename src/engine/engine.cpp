@@ -389,8 +389,9 @@ Status Engine::build_impl() {
                                          "stage 3 only (as in DeepSpeed); stage %d ignores it", part_.stage()));
   ro.quantized_gradients = part_.stage() == 3 && config_.zero.zero_quantized_gradients;
   if (ro.quantized_gradients) {
-    // DeepSpeed reduces 1-D tensors (biases, norms) without quantization.
-    for (const TensorInfo &t : tensors_) ro.quantize_tensor.push_back(t.shape.size() >= 2);
+    // DeepSpeed's group per tensor shape; 1-D tensors (biases, norms) go unquantized.
+    for (const TensorInfo &t : tensors_)
+      ro.qgz_groups.push_back(qgz_group_for_shape(t.shape.data(), static_cast<int>(t.shape.size()), comm_->size()));
   }
   DSRT_RETURN_IF_ERROR(reducer_.init(&part_, comm_.get(), device_.get(), backend_.get(), ro));
   reducer_.set_divide_by_accumulation(scale_wrt_gas_);

@@ -50,9 +50,9 @@ Status GradReducer::init(const Partitioning *partitioning, Comm *comm, Device *d
       return Error(DSRT_ERR_UNSUPPORTED,
                    "zero_optimization.zero_quantized_gradients: dsrt quantizes gradients on the CPU device only; "
                    "set it to false on a GPU device");
-    if (!options_.quantize_tensor.empty() && options_.quantize_tensor.size() != part_->num_tensors())
-      return Error(DSRT_ERR_INVALID_ARGUMENT, "gradient reducer: quantize_tensor has %zu entries for %zu tensors",
-                   options_.quantize_tensor.size(), part_->num_tensors());
+    if (options_.qgz_groups.size() != part_->num_tensors())
+      return Error(DSRT_ERR_INVALID_ARGUMENT, "gradient reducer: qgz_groups has %zu entries for %zu tensors",
+                   options_.qgz_groups.size(), part_->num_tensors());
     std::shared_ptr<Comm> intra, inter;
     // A layout comm_split_by_node refuses (on every rank alike) is run as one node.
     const Status split = comm_split_by_node(*comm, &intra, &inter);
@@ -63,7 +63,7 @@ Status GradReducer::init(const Partitioning *partitioning, Comm *comm, Device *d
       inter.reset();
     }
     qgz_ = std::make_unique<QuantizedReduceScatter>();
-    DSRT_RETURN_IF_ERROR(qgz_->init(comm, std::move(intra), std::move(inter), options_.qgz_bits, options_.qgz_group));
+    DSRT_RETURN_IF_ERROR(qgz_->init(comm, std::move(intra), std::move(inter), options_.qgz_bits));
   }
   const size_t n = part_->num_tensors();
   bucket_of_.assign(n, 0);
@@ -273,8 +273,7 @@ Status GradReducer::issue(size_t b) {
     if (qgz_) {
       std::vector<QgzSegment> segments;
       for (size_t t = bucket.first; t < bucket.last; ++t)
-        segments.push_back({static_cast<size_t>(shards.shard_size(t)),
-                            options_.quantize_tensor.empty() || options_.quantize_tensor[t]});
+        segments.push_back({static_cast<size_t>(shards.shard_size(t)), options_.qgz_groups[t]});
       DSRT_RETURN_IF_ERROR(take_buffer(static_cast<size_t>(block) * sizeof(float), &op.recv));
       DSRT_RETURN_IF_ERROR(qgz_->reduce_scatter(op.send.data(), cdt, segments, op.recv.as<float>())
                                .with_context(Format("reducing gradient bucket %zu (zero_quantized_gradients)", b)));

@@ -56,12 +56,11 @@ struct ReducerOptions {
   std::function<Status(int64_t part_offset, int64_t count)> on_final_range;
   // ZeRO++ qgZ (zero_quantized_gradients, stage 3 on more than one rank): each bucket's
   // reduce-scatter becomes quantized_reduce.h's hierarchical all-to-all over the nodes of
-  // comm_split_by_node. quantize_tensor[t] false sends tensor t's shard unquantized (DeepSpeed
-  // does so for 1-D tensors); empty means every tensor is quantized. Host memory only.
+  // comm_split_by_node. qgz_groups[t]: tensor t's quantization group (qgz_group_for_shape; 0
+  // sends its shard unquantized, as DeepSpeed does 1-D tensors). Host memory only.
   bool quantized_gradients = false;
   int qgz_bits = 4;
-  size_t qgz_group = 512;
-  std::vector<bool> quantize_tensor;
+  std::vector<size_t> qgz_groups;
 };
 
 class GradReducer {
@@ -113,6 +112,8 @@ class GradReducer {
   uint64_t buffer_bytes() const { return pool_bytes_; }
   // Seconds spent waiting for or running gradient collectives (wall_clock_breakdown).
   double reduce_seconds() const { return reduce_seconds_; }
+  // qgZ's traffic on its node communicators (not counted by the world communicator).
+  CommTraffic qgz_traffic() const { return qgz_ ? qgz_->traffic() : CommTraffic{}; }
   void reset_timers() { reduce_seconds_ = 0; }
 
  private:

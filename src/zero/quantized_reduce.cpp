@@ -11,9 +11,9 @@ namespace {
 
 size_t round4(size_t bytes) { return (bytes + 3) / 4 * 4; }
 
-size_t segment_bytes(const QgzSegment &seg, const QuantFormat &format) {
-  if (!seg.quantized) return seg.elems * sizeof(float);
-  return quant_groups(seg.elems, format.group) * sizeof(float) + round4(quant_value_bytes(seg.elems, format.bits));
+size_t segment_bytes(const QgzSegment &seg, int bits) {
+  if (seg.group == 0) return seg.elems * sizeof(float);
+  return quant_groups(seg.elems, seg.group) * sizeof(float) + round4(quant_value_bytes(seg.elems, bits));
 }
 
 size_t block_elems(const std::vector<QgzSegment> &segments) {
@@ -24,12 +24,20 @@ size_t block_elems(const std::vector<QgzSegment> &segments) {
 
 }  // namespace
 
-Status QuantizedReduceScatter::init(Comm *world, std::shared_ptr<Comm> intra, std::shared_ptr<Comm> inter, int bits,
-                                    size_t group) {
+size_t qgz_group_for_shape(const int64_t *shape, int ndim, int world_size) {
+  if (ndim < 2) return 0;
+  int64_t numel = 1;
+  for (int d = 0; d < ndim; ++d) numel *= shape[d];
+  if (numel <= 0) return 0;
+  const int64_t groups = std::max<int64_t>({shape[0], shape[1], world_size, 1});
+  const int64_t group = (numel + groups - 1) / groups;
+  return static_cast<size_t>((group + 1) / 2 * 2);
+}
+
+Status QuantizedReduceScatter::init(Comm *world, std::shared_ptr<Comm> intra, std::shared_ptr<Comm> inter, int bits) {
   world_ = world;
-  format_.bits = bits;
-  format_.group = group;
-  DSRT_RETURN_IF_ERROR(quant_check_format(format_).with_context("zero_quantized_gradients"));
+  bits_ = bits;
+  DSRT_RETURN_IF_ERROR(quant_check_format(QuantFormat{bits, 2}).with_context("zero_quantized_gradients"));
   const int w = world->size();
   nodes_ = 1;
   locals_ = w;
@@ -77,8 +85,22 @@ Status QuantizedReduceScatter::init(Comm *world, std::shared_ptr<Comm> intra, st
 
 size_t QuantizedReduceScatter::payload_bytes(const std::vector<QgzSegment> &segments) const {
   size_t bytes = 0;
-  for (const QgzSegment &seg : segments) bytes += segment_bytes(seg, format_);
+  for (const QgzSegment &seg : segments) bytes += segment_bytes(seg, bits_);
   return bytes;
+}
+
+CommTraffic QuantizedReduceScatter::traffic() const {
+  CommTraffic sum;
+  for (const Comm *c : {intra_.get(), inter_.get()}) {
+    if (c == nullptr) continue;
+    const CommTraffic t = c->traffic();
+    sum.all_reduce += t.all_reduce;
+    sum.reduce_scatter += t.reduce_scatter;
+    sum.all_gather += t.all_gather;
+    sum.all_to_all += t.all_to_all;
+    sum.broadcast += t.broadcast;
+  }
+  return sum;
 }
 
 Status QuantizedReduceScatter::pack(const void *src, dsrt_dtype dtype, const std::vector<QgzSegment> &segments,
@@ -86,15 +108,16 @@ Status QuantizedReduceScatter::pack(const void *src, dsrt_dtype dtype, const std
   const char *in = static_cast<const char *>(src);
   const size_t esize = dtype_size(dtype);
   for (const QgzSegment &seg : segments) {
-    if (seg.quantized) {
-      const size_t groups = quant_groups(seg.elems, format_.group);
-      DSRT_RETURN_IF_ERROR(quantize_blocks(in, dtype, seg.elems, format_, payload + groups * sizeof(float),
+    if (seg.group != 0) {
+      const QuantFormat format{bits_, seg.group};
+      const size_t groups = quant_groups(seg.elems, seg.group);
+      DSRT_RETURN_IF_ERROR(quantize_blocks(in, dtype, seg.elems, format, payload + groups * sizeof(float),
                                            reinterpret_cast<float *>(payload)));
     } else {
       float *raw = reinterpret_cast<float *>(payload);
       for (size_t i = 0; i < seg.elems; ++i) raw[i] = to_float(in, dtype, i);
     }
-    payload += segment_bytes(seg, format_);
+    payload += segment_bytes(seg, bits_);
     in += seg.elems * esize;
   }
   return Status::Ok();
@@ -103,15 +126,16 @@ Status QuantizedReduceScatter::pack(const void *src, dsrt_dtype dtype, const std
 Status QuantizedReduceScatter::unpack_add(const uint8_t *payload, const std::vector<QgzSegment> &segments,
                                           float *dst) const {
   for (const QgzSegment &seg : segments) {
-    if (seg.quantized) {
-      const size_t groups = quant_groups(seg.elems, format_.group);
+    if (seg.group != 0) {
+      const QuantFormat format{bits_, seg.group};
+      const size_t groups = quant_groups(seg.elems, seg.group);
       DSRT_RETURN_IF_ERROR(dequantize_add_blocks(payload + groups * sizeof(float),
-                                                 reinterpret_cast<const float *>(payload), seg.elems, format_, dst));
+                                                 reinterpret_cast<const float *>(payload), seg.elems, format, dst));
     } else {
       const float *raw = reinterpret_cast<const float *>(payload);
       for (size_t i = 0; i < seg.elems; ++i) dst[i] += raw[i];
     }
-    payload += segment_bytes(seg, format_);
+    payload += segment_bytes(seg, bits_);
     dst += seg.elems;
   }
   return Status::Ok();

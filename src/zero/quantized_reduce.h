@@ -15,9 +15,9 @@
 // no even layout, the world is treated as one node (one all-to-all stage).
 //
 // A block is a list of segments (the shards of a bucket's tensors): each quantized segment has
-// its own groups of `group` elements, so a small tensor never shares a scale with a large one;
-// a raw segment travels as fp32 (DeepSpeed sends 1-D tensors, biases and norms, by a plain
-// reduce-scatter). The error of an element is bounded by one quantization step of every group it
+// its own groups (qgz_group_for_shape: DeepSpeed's per-tensor group count), so a small tensor
+// never shares a scale with a large one; a raw segment travels as fp32 (DeepSpeed sends 1-D
+// tensors, biases and norms, by a plain reduce-scatter). The error of an element is bounded by one quantization step of every group it
 // passed through: sum over the senders of max|x| of their group / 2^(bits-1) in step 1, plus the
 // same of the partial sum's group in step 3.
 #pragma once
@@ -35,14 +35,19 @@ namespace dsrt {
 
 struct QgzSegment {
   size_t elems = 0;
-  bool quantized = true;
+  size_t group = 0;  // elements per quantization group (even for 4 bits); 0: sent raw in fp32
 };
+
+// DeepSpeed's group for a gradient of this shape (all_to_all_quant_reduce): the tensor is cut
+// into max(dim 0, dim 1, world size) groups, which is about one row of a matrix; rounded up to an
+// even size for int4. 1-D tensors (and scalars) give 0: DeepSpeed reduces them unquantized.
+size_t qgz_group_for_shape(const int64_t *shape, int ndim, int world_size);
 
 class QuantizedReduceScatter {
  public:
   // Collective over world (and the node communicators, which come from comm_split_by_node on
-  // world; either may be null, meaning one node). bits 4 or 8; group even for 4 bits.
-  Status init(Comm *world, std::shared_ptr<Comm> intra, std::shared_ptr<Comm> inter, int bits, size_t group);
+  // world; either may be null, meaning one node). bits 4 or 8.
+  Status init(Comm *world, std::shared_ptr<Comm> intra, std::shared_ptr<Comm> inter, int bits);
 
   // send: world->size() blocks, rank-major, each laid out as segments (sum of elems = block
   // elements), of dtype. out: this rank's reduced block, fp32 (block elements). Blocking,
@@ -51,6 +56,8 @@ class QuantizedReduceScatter {
 
   // Bytes of one block's payload.
   size_t payload_bytes(const std::vector<QgzSegment> &segments) const;
+  // Bytes sent by the node communicators (they count their own traffic, not the world's).
+  CommTraffic traffic() const;
   bool hierarchical() const { return nodes_ > 1 && locals_ > 1; }
   int nodes() const { return nodes_; }
   int locals() const { return locals_; }
@@ -63,7 +70,7 @@ class QuantizedReduceScatter {
 
   Comm *world_ = nullptr;
   std::shared_ptr<Comm> intra_, inter_;
-  QuantFormat format_;
+  int bits_ = 4;
   int nodes_ = 1, locals_ = 1;
   int my_node_ = 0, my_local_ = 0;
   std::vector<int> rank_at_;  // rank_at_[node * locals_ + local] = world rank

@@ -90,10 +90,10 @@ void check_reduce_scatter(const char *ranks_per_node, int expect_nodes) {
   const int w = g_world->size(), me = g_world->rank();
   for (int bits : {4, 8}) {
     QuantizedReduceScatter qrs;
-    ASSERT_TRUE(qrs.init(g_world.get(), intra, inter, bits, 512).ok());
+    ASSERT_TRUE(qrs.init(g_world.get(), intra, inter, bits).ok());
     EXPECT_EQ(qrs.nodes(), expect_nodes);
     // Segments like a bucket's shards: a large matrix shard, a small raw (1-D) one, an odd one.
-    const std::vector<QgzSegment> segments = {{3000, true}, {37, false}, {1501, true}, {8, true}};
+    const std::vector<QgzSegment> segments = {{3000, 512}, {37, 0}, {1501, 64}, {8, 2}};
     size_t block = 0;
     for (const QgzSegment &seg : segments) block += seg.elems;
     for (dsrt_dtype dtype : {DSRT_F32, DSRT_BF16}) {
@@ -110,8 +110,9 @@ void check_reduce_scatter(const char *ranks_per_node, int expect_nodes) {
         const std::vector<uint8_t> theirs = rank_values(r, block * static_cast<size_t>(w), dtype, 2 + bits);
         size_t at = 0;
         for (const QgzSegment &seg : segments) {
-          for (size_t g0 = 0; g0 < seg.elems; g0 += 512) {
-            const size_t g1 = std::min(seg.elems, g0 + 512);
+          const size_t group = seg.group ? seg.group : seg.elems;
+          for (size_t g0 = 0; g0 < seg.elems; g0 += group) {
+            const size_t g1 = std::min(seg.elems, g0 + group);
             double absmax = 0;
             for (size_t i = g0; i < g1; ++i)
               absmax = std::max(absmax, std::fabs(double(to_float(theirs.data(), dtype, static_cast<size_t>(me) * block + at + i))));
@@ -119,7 +120,7 @@ void check_reduce_scatter(const char *ranks_per_node, int expect_nodes) {
               const double x = to_float(theirs.data(), dtype, static_cast<size_t>(me) * block + at + i);
               exact[at + i] += x;
               magnitude[at + i] += std::fabs(x);  // fp32 sums round relative to this
-              if (seg.quantized) bound[at + i] += 2 * absmax / levels;  // a step in each stage
+              if (seg.group) bound[at + i] += 2 * absmax / levels;  // a step in each stage
             }
           }
           at += seg.elems;
@@ -142,7 +143,7 @@ void check_reduce_scatter(const char *ranks_per_node, int expect_nodes) {
       EXPECT_LT(err_sum, 0.5 * bound_sum);
       // The raw segment is exact up to fp32 addition.
       for (size_t i = 3000; i < 3037; ++i) EXPECT_NEAR(out[i], exact[i], 1e-6 * magnitude[i]);
-      EXPECT_LT(qrs.payload_bytes(segments), block * sizeof(float) * (bits == 4 ? 0.15 : 0.27) + 37 * 4);
+      EXPECT_LT(qrs.payload_bytes(segments), block * sizeof(float) * (bits == 4 ? 0.16 : 0.28) + 37 * 4 + 4 * 4);
     }
   }
 }
@@ -154,6 +155,15 @@ TEST(Zeropp, QuantizedReduceScatterHierarchical) {
   const int w = g_world->size();
   if (w == 4) check_reduce_scatter("2", 2);
   if (w == 2) check_reduce_scatter("1", 2);
+}
+
+TEST(Zeropp, QgzGroupFollowsDeepSpeedPerShape) {
+  const int64_t matrix[] = {384, 128}, wide[] = {50, 4096}, vec[] = {1000}, tiny[] = {3, 3}, cube[] = {8, 4, 5};
+  EXPECT_EQ(qgz_group_for_shape(matrix, 2, 4), 128u);  // 384 groups: one row each
+  EXPECT_EQ(qgz_group_for_shape(wide, 2, 4), 50u);     // 4096 groups of 50
+  EXPECT_EQ(qgz_group_for_shape(vec, 1, 4), 0u);       // 1-D: unquantized
+  EXPECT_EQ(qgz_group_for_shape(tiny, 2, 4), 4u);      // 4 groups (the world size) of 3, rounded up to even
+  EXPECT_EQ(qgz_group_for_shape(cube, 3, 2), 20u);     // 8 groups of 20
 }
 
 }  // namespace
