@@ -15,6 +15,10 @@
 // by the world size at stage 3; dsrt does not offload them) and, where the host figure is the
 // fp32 copy every process holds while loading the model (no optimizer offload at stages 0-2, and
 // stage 3 without zero_init), 4 bytes each per GPU of the host times the buffer factor.
+//
+// ZeRO++ hpZ (--hpz K, zero_hpz_partition_size, stage 3): each GPU also holds a secondary 16-bit
+// partition of the trainable parameters over its group of K GPUs, 2T/K bytes (docs/zero.md);
+// DeepSpeed's estimator has no term for it, dsrt adds it to the GPU figure of the stage-3 rows.
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -47,9 +51,11 @@ struct Choice {
   Place optimizer = Place::kNone;
   Place param = Place::kNone;
   bool zero_init = true;  // stage 3 only: parameters created already partitioned
+  int64_t hpz = 1;        // stage 3: zero_hpz_partition_size (1: off)
 };
 
 struct Estimate {
+  int64_t hpz_bytes = 0;   // per GPU, included in gpu_bytes: the hpZ secondary partition
   int64_t gpu_bytes = 0;   // per GPU
   int64_t host_bytes = 0;  // per host (node)
   int64_t nvme_bytes = 0;  // per host (node)
@@ -120,6 +126,10 @@ Estimate estimate(double params, double largest_layer, const Hardware &hw, const
 Estimate estimate_with_frozen(double trainable, double frozen, double largest_layer, const Hardware &hw,
                               const Choice &c) {
   Estimate e = estimate(trainable, largest_layer, hw, c);
+  if (c.stage == 3 && c.hpz > 1) {
+    e.hpz_bytes = int64_t(std::trunc(2 * trainable / double(c.hpz)));
+    e.gpu_bytes += e.hpz_bytes;
+  }
   if (frozen <= 0) return e;
   e.gpu_bytes += c.stage == 3 ? int64_t(std::trunc(2 * frozen / double(hw.world_size))) : int64_t(2 * frozen);
   const bool loading_copy = c.optimizer == Place::kNone && (c.stage < 3 || !c.zero_init);
@@ -216,7 +226,7 @@ void print_help() {
   std::printf(
       "usage: dsrt estimate-memory --params N [--trainable-params T] [--world-size W] [--gpus-per-node G] [--stage S]\n"
       "                            [--offload-optimizer none|cpu|nvme] [--offload-param none|cpu|nvme]\n"
-      "                            [--largest-layer-params L] [--gpu-memory SIZE] [--json]\n\n"
+      "                            [--largest-layer-params L] [--hpz K] [--gpu-memory SIZE] [--json]\n\n"
       "Memory for the model states (parameters, gradients, optimizer states) of an N-parameter model\n"
       "trained with mixed-precision Adam, per GPU and per host, for each ZeRO stage and offload choice.\n"
       "Activations, the CUDA context and fragmentation are not included.\n\n"
@@ -230,6 +240,9 @@ void print_help() {
       "  --offload-param P        only this parameter placement (stage 3)\n"
       "  --largest-layer-params L parameters of the largest layer (needed for stage 3, as in DeepSpeed;\n"
       "                           for a transformer usually the embedding, vocab*hidden)\n"
+      "  --hpz K                  ZeRO++ hpZ at stage 3 (zero_hpz_partition_size): adds the secondary\n"
+      "                           16-bit partition over K GPUs, 2T/K bytes per GPU (K >= 1, at most W,\n"
+      "                           dividing W)\n"
       "  --gpu-memory SIZE        memory of one GPU (80G = 80 GiB, 80GB = 80e9 bytes): prints which\n"
       "                           configurations fit\n"
       "  --json                   machine-readable output, exact byte counts\n\n"
@@ -253,7 +266,7 @@ int run_estimate_memory(const std::vector<std::string> &args) {
   bool have_trainable = false;
   bool have_params = false, have_largest = false, have_gpu_memory = false, json = false;
   bool have_gpn = false, have_optimizer = false, have_param = false;
-  int64_t stage = -1;
+  int64_t stage = -1, hpz = 1;
   Hardware hw;
   Place optimizer = Place::kNone, param = Place::kNone;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -291,6 +304,8 @@ int run_estimate_memory(const std::vector<std::string> &args) {
     } else if (key == "--gpus-per-node") {
       if (!parse_int(value, 1, 1 << 16, &hw.gpus_per_node)) return usage_error("--gpus-per-node: '%s' is not a positive integer", value);
       have_gpn = true;
+    } else if (key == "--hpz") {
+      if (!parse_int(value, 1, 1 << 24, &hpz)) return usage_error("--hpz: '%s' is not a positive integer", value);
     } else if (key == "--stage") {
       if (!parse_int(value, 0, 3, &stage)) return usage_error("--stage: '%s' is not 0, 1, 2 or 3", value);
     } else if (key == "--offload-optimizer") {
@@ -319,6 +334,9 @@ int run_estimate_memory(const std::vector<std::string> &args) {
     return usage_error("--offload-optimizer nvme needs --stage 3 (as in DeepSpeed)%s", "");
   if (have_optimizer && optimizer != Place::kNone && stage == 0)
     return usage_error("--offload-optimizer needs stage 1, 2 or 3%s", "");
+  if (hpz > hw.world_size) hpz = hw.world_size;  // as DeepSpeed: never larger than the world
+  if (hw.world_size % hpz != 0) return usage_error("--hpz must divide --world-size (hpZ groups tile the world)%s", "");
+  if (hpz > 1 && stage != -1 && stage != 3) return usage_error("--hpz needs stage 3 (it partitions parameters)%s", "");
   if (stage == 3 && !have_largest)
     return usage_error("--stage 3 needs --largest-layer-params L (DeepSpeed's estimator needs it too)%s", "");
 
@@ -329,7 +347,10 @@ int run_estimate_memory(const std::vector<std::string> &args) {
     if (have_param && param != Place::kNone && s != 3) continue;
     if (have_optimizer && optimizer == Place::kNvme && s != 3) continue;
     if (have_optimizer && optimizer != Place::kNone && s == 0) continue;
-    for (const Choice &c : choices_for_stage(s, have_optimizer, optimizer, have_param, param)) rows.push_back(c);
+    for (Choice c : choices_for_stage(s, have_optimizer, optimizer, have_param, param)) {
+      if (s == 3) c.hpz = hpz;
+      rows.push_back(c);
+    }
   }
 
   bool any_fits = false;
@@ -341,18 +362,19 @@ int run_estimate_memory(const std::vector<std::string> &args) {
 
   if (json) {
     std::printf("{\n  \"params\": %.0f,\n  \"trainable_params\": %.0f,\n  \"largest_layer_params\": %.0f,\n  \"world_size\": %lld,\n"
-                "  \"gpus_per_node\": %lld,\n  \"nodes\": %lld,\n  \"additional_buffer_factor\": %.1f,\n",
+                "  \"gpus_per_node\": %lld,\n  \"nodes\": %lld,\n  \"additional_buffer_factor\": %.1f,\n"
+                "  \"hpz_partition_size\": %lld,\n",
                 params, trainable, largest_layer, (long long)hw.world_size, (long long)hw.gpus_per_node,
-                (long long)hw.nodes(), kBufferFactor);
+                (long long)hw.nodes(), kBufferFactor, (long long)hpz);
     if (have_gpu_memory) std::printf("  \"gpu_memory_bytes\": %.0f,\n", gpu_memory);
     std::printf("  \"configurations\": [\n");
     for (size_t i = 0; i < rows.size(); ++i) {
       const Choice &c = rows[i];
       const Estimate &e = estimates[i];
       std::printf("    {\"stage\": %d, \"offload_optimizer\": \"%s\", \"offload_param\": \"%s\", \"zero_init\": %s, "
-                  "\"gpu_bytes\": %lld, \"host_bytes\": %lld, \"nvme_bytes\": %lld%s}%s\n",
+                  "\"gpu_bytes\": %lld, \"hpz_secondary_bytes\": %lld, \"host_bytes\": %lld, \"nvme_bytes\": %lld%s}%s\n",
                   c.stage, place_name(c.optimizer), place_name(c.param), c.zero_init ? "true" : "false",
-                  (long long)e.gpu_bytes, (long long)e.host_bytes, (long long)e.nvme_bytes,
+                  (long long)e.gpu_bytes, (long long)e.hpz_bytes, (long long)e.host_bytes, (long long)e.nvme_bytes,
                   have_gpu_memory ? (double(e.gpu_bytes) <= gpu_memory ? ", \"fits\": true" : ", \"fits\": false") : "",
                   i + 1 < rows.size() ? "," : "");
     }
@@ -376,6 +398,9 @@ int run_estimate_memory(const std::vector<std::string> &args) {
                 gib(e.host_bytes).c_str(), e.nvme_bytes ? gib(e.nvme_bytes).c_str() : "-",
                 have_gpu_memory ? (double(e.gpu_bytes) <= gpu_memory ? "  yes" : "  no") : "");
   }
+  if (hpz > 1 && have_largest)
+    std::printf("\nStage 3 rows include hpZ's secondary partition over %lld GPUs: %s per GPU.\n", (long long)hpz,
+                gib(int64_t(std::trunc(2 * trainable / double(hpz)))).c_str());
   if (stage == -1 && !have_largest)
     std::printf("\n(stage 3 not shown: give --largest-layer-params L, as DeepSpeed's estimator needs it)\n");
   if (have_gpu_memory) {

@@ -1,4 +1,5 @@
 // defines: Config::resolve -- from validated values to the TrainConfig the engine runs on.
+#include <algorithm>
 #include <cmath>
 
 #include "config/config.h"
@@ -174,6 +175,9 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
   z.stage3_max_reuse_distance = i64(zp + "stage3_max_reuse_distance", z.stage3_max_reuse_distance);
   z.stage3_gather_16bit_weights_on_model_save =
       flag(zp + "stage3_gather_16bit_weights_on_model_save", z.stage3_gather_16bit_weights_on_model_save);
+  // hpZ is a stage-3 partitioning (DeepSpeed reads it only there); 0 means off, like 1.
+  z.zero_hpz_partition_size = std::max<int64_t>(1, i64(zp + "zero_hpz_partition_size", 1));
+  if (z.stage != 3) z.zero_hpz_partition_size = 1;
   z.zero_quantized_weights = flag(zp + "zero_quantized_weights", false);
   z.zero_quantized_nontrainable_weights = flag(zp + "zero_quantized_nontrainable_weights", false);
   z.zero_quantized_gradients = flag(zp + "zero_quantized_gradients", false);

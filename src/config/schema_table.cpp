@@ -221,8 +221,7 @@ std::vector<KeySpec> build_schema_keys() {
                    "the legacy stage 1 implementation is not implemented; set it to false"));
   k.push_back(with(B(z + "round_robin_gradients", false), Support::Ignored,
                    "dsrt copies offloaded gradient partitions in its own order; the result is the same"));
-  k.push_back(with(I(z + "zero_hpz_partition_size", 1, 0), Support::Unsupported,
-                   "ZeRO++ hierarchical partitioning (hpZ) is not implemented; set it to 1"));
+  k.push_back(I(z + "zero_hpz_partition_size", 1, 0));
   k.push_back(B(z + "zero_quantized_weights", false));
   k.push_back(B(z + "zero_quantized_nontrainable_weights", false));
   k.push_back(B(z + "zero_quantized_gradients", false));

@@ -103,6 +103,8 @@ struct ZeroConfig {
   int64_t stage3_max_live_parameters = 1000000000;
   int64_t stage3_max_reuse_distance = 1000000000;
   bool stage3_gather_16bit_weights_on_model_save = false;
+  // ZeRO++ hpZ: ranks per secondary-partition group (1 or 0: off). Stage 3 only; 1 below it.
+  int64_t zero_hpz_partition_size = 1;
   // ZeRO++ (stage 3 only; DeepSpeed ignores them at other stages): int8 parameter all-gathers
   // (qwZ), of frozen tensors only, and int4 gradient reduce-scatter (qgZ). docs/zero.md.
   bool zero_quantized_weights = false;

@@ -409,6 +409,7 @@ Status Engine::build_impl() {
     for (const TensorInfo &t : tensors_) names.push_back(t.name);
     coordinator_ = std::make_unique<ParamCoordinator>();
     DSRT_RETURN_IF_ERROR(coordinator_->init(&part_, comm_.get(), device_.get(), co, working_.data(), std::move(names)));
+    DSRT_RETURN_IF_ERROR(hpz_build());
     if (config_.zero.offload_param.device != OffloadDevice::None) DSRT_RETURN_IF_ERROR(param_offload_build());
   }
   if (part_.stage() == 3 && frozen_.size() > 0 &&
@@ -658,7 +659,7 @@ Status Engine::memory(dsrt_memory_stats *out) const {
     stats.working_params[dev] += working_.bytes();
     // Frozen tensors: their working copies only (shards at stage 3) and gathered copies in use.
     stats.working_params[dev] += frozen_.resident_bytes() + frozen_.gathered_bytes();
-    if (coordinator_) stats.working_params[dev] += coordinator_->gathered_bytes();
+    if (coordinator_) stats.working_params[dev] += coordinator_->gathered_bytes() + coordinator_->secondary_bytes();
     stats.working_params[DSRT_LOC_HOST] += param_nvme_resident_bytes();
     stats.working_params[DSRT_LOC_NVME] += param_nvme_shard_bytes();
     if (param_nvme_) stats.buffers[DSRT_LOC_HOST] += param_nvme_->host_bytes();

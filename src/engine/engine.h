@@ -182,6 +182,7 @@ class Engine {
   // offload_optimizer: the host copy of the fp32 gradient partition (nullptr without offload).
   const float *host_grad_partition() const { return host_grads_.as<float>(); }
   const ParamCoordinator *param_coordinator() const { return coordinator_.get(); }  // stage 3 only
+  const Comm *hpz_group() const { return hpz_comm_.get(); }  // ZeRO++ hpZ group (null: off)
   Status refresh_working_copies();
   const EngineCounters &counters() const { return counters_; }
   void set_counters(const EngineCounters &counters) {
@@ -315,6 +316,7 @@ class Engine {
 
  private:
   Status param_offload_build();
+  Status hpz_build();  // engine_hpz.cpp
   Status param_nvme_open();
   Status param_nvme_close();
   Status release_working_shards();
@@ -325,6 +327,7 @@ class Engine {
 
   TrainConfig config_;
   std::shared_ptr<Comm> comm_;
+  std::shared_ptr<Comm> hpz_comm_;  // ZeRO++ hpZ group (stage 3, zero_hpz_partition_size > 1); outlives coordinator_
   std::shared_ptr<Device> device_;  // shared with a host-staged communicator
   // The arithmetic on device_'s memory (gradients, non-offloaded masters and states, working
   // copies), and on host memory (offloaded masters and states). Declared after device_: the

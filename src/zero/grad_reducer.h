@@ -114,6 +114,10 @@ class GradReducer {
   double reduce_seconds() const { return reduce_seconds_; }
   // qgZ's traffic on its node communicators (not counted by the world communicator).
   CommTraffic qgz_traffic() const { return qgz_ ? qgz_->traffic() : CommTraffic{}; }
+  // qgZ's communicators inside the node and across nodes (null without qgZ or when the world is
+  // one node).
+  const Comm *qgz_intra() const { return qgz_ ? qgz_->intra() : nullptr; }
+  const Comm *qgz_inter() const { return qgz_ ? qgz_->inter() : nullptr; }
   void reset_timers() { reduce_seconds_ = 0; }
 
  private:

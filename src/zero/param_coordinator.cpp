@@ -73,13 +73,21 @@ Status ParamCoordinator::gather(size_t t, bool async) {
     live_elems_ += gathered_elems(t);
   }
   const char *send = nullptr;
-  Status status = shard_to_send(t, &send);
-  if (status.ok() && options_.quantized_weights && comm_->size() > 1) {
-    status = ts.quantized.start(comm_, send, static_cast<size_t>(s), options_.working_dtype, &ts.pending)
-                 .with_context(Format("gathering '%s' (zero_quantized_weights)", names_[t].c_str()));
-  } else if (status.ok()) {
-    status = comm_->all_gather(send, ts.gathered.data(), static_cast<size_t>(s), options_.working_dtype, &ts.pending)
-                 .with_context(Format("gathering '%s'", names_[t].c_str()));
+  Status status;
+  if (!ts.secondary.empty()) {
+    // hpZ: the group's secondary partitions make up the whole (padded) tensor.
+    status = secondary_comm_->all_gather(ts.secondary.data(), ts.gathered.data(),
+                                         static_cast<size_t>(secondary_elems(t)), options_.working_dtype, &ts.pending)
+                 .with_context(Format("gathering '%s' in its hpZ group", names_[t].c_str()));
+  } else {
+    status = shard_to_send(t, &send);
+    if (status.ok() && options_.quantized_weights && comm_->size() > 1) {
+      status = ts.quantized.start(comm_, send, static_cast<size_t>(s), options_.working_dtype, &ts.pending)
+                   .with_context(Format("gathering '%s' (zero_quantized_weights)", names_[t].c_str()));
+    } else if (status.ok()) {
+      status = comm_->all_gather(send, ts.gathered.data(), static_cast<size_t>(s), options_.working_dtype, &ts.pending)
+                   .with_context(Format("gathering '%s'", names_[t].c_str()));
+    }
   }
   if (!status.ok()) {
     // Nothing was gathered: a fresh copy must not be taken for the tensor by a later acquire.
@@ -239,6 +247,7 @@ void ParamCoordinator::drop_reads() {
 
 void ParamCoordinator::set_shard_source(void *shards, ShardSource *source) {
   if (shards != nullptr) drop_reads();
+  if (shards != nullptr) drop_secondaries();  // the shards are about to be rewritten
   shards_ = shards;
   source_ = source;
 }
@@ -364,8 +373,58 @@ Status ParamCoordinator::release(size_t t) {
   TensorState &ts = tensors_[t];
   current_.push_back(t | kReleaseBit);
   if (ts.acquired > 0) --ts.acquired;
-  if (ts.acquired == 0) maybe_free(t);
+  if (ts.acquired == 0) {
+    DSRT_RETURN_IF_ERROR(make_secondary(t));
+    maybe_free(t);
+  }
   return Status::Ok();
+}
+
+Status ParamCoordinator::set_secondary_group(Comm *group) {
+  if (group != nullptr && (group->size() < 1 || comm_->size() % group->size() != 0))
+    return Error(DSRT_ERR_CONFIG, "hpZ: a group of %d ranks does not divide the world of %d", group->size(),
+                 comm_->size());
+  drop_secondaries();
+  secondary_comm_ = group != nullptr && group->size() > 1 ? group : nullptr;
+  return Status::Ok();
+}
+
+int64_t ParamCoordinator::secondary_elems(size_t t) const {
+  return part_->shard_layout().shard_size(t) * (comm_->size() / secondary_comm_->size());
+}
+
+// Cuts this rank's secondary partition from the full gathered copy (same bytes as the shards the
+// world gather assembled). Only the first release after the shards changed makes one.
+Status ParamCoordinator::make_secondary(size_t t) {
+  TensorState &ts = tensors_[t];
+  if (secondary_comm_ == nullptr || ts.persistent || !ts.secondary.empty() || ts.gathered.empty()) return Status::Ok();
+  DSRT_RETURN_IF_ERROR(wait_pending(t));
+  const size_t bytes = static_cast<size_t>(secondary_elems(t)) * dtype_size(options_.working_dtype);
+  DSRT_RETURN_IF_ERROR(device_->allocate(bytes, &ts.secondary, false)
+                           .with_context(Format("allocating the hpZ secondary partition of '%s'", names_[t].c_str())));
+  const char *from = static_cast<const char *>(ts.gathered.data()) + static_cast<size_t>(secondary_comm_->rank()) * bytes;
+  Status status = device_->copy(ts.secondary.data(), from, bytes, nullptr);
+  if (status.ok()) status = device_->synchronize(nullptr);
+  if (!status.ok()) ts.secondary.reset();
+  return status.with_context(Format("cutting the hpZ secondary partition of '%s'", names_[t].c_str()));
+}
+
+void ParamCoordinator::drop_secondaries() {
+  for (TensorState &ts : tensors_) {
+    if (ts.secondary.empty()) continue;
+    if (ts.pending) {  // a gather may still read it (callers have none in flight; this is a guard)
+      const size_t t = static_cast<size_t>(&ts - tensors_.data());
+      Status status = wait_pending(t);
+      if (!status.ok()) logf(DSRT_LOG_ERROR, "hpZ: %s", status.message().c_str());
+    }
+    ts.secondary.reset();
+  }
+}
+
+uint64_t ParamCoordinator::secondary_bytes() const {
+  uint64_t bytes = 0;
+  for (const TensorState &ts : tensors_) bytes += ts.secondary.bytes();
+  return bytes;
 }
 
 Status ParamCoordinator::check_agreement() {
@@ -430,6 +489,7 @@ Status ParamCoordinator::end_micro_step() {
 }
 
 Status ParamCoordinator::refresh() {
+  drop_secondaries();  // the shards changed: the next gathers go over the world again
   for (size_t t = 0; t < tensors_.size(); ++t)
     if (!tensors_[t].gathered.empty()) DSRT_RETURN_IF_ERROR(gather(t, true));
   for (size_t t = 0; t < tensors_.size(); ++t) DSRT_RETURN_IF_ERROR(wait_pending(t));
@@ -438,8 +498,9 @@ Status ParamCoordinator::refresh() {
 
 Status ParamCoordinator::overwrite(size_t t, const float *full) {
   TensorState &ts = tensors_[t];
-  if (ts.gathered.empty()) return Status::Ok();
   DSRT_RETURN_IF_ERROR(wait_pending(t));
+  ts.secondary.reset();  // stale now; the shards are rewritten by the caller too
+  if (ts.gathered.empty()) return Status::Ok();
   // The gathered copy is device memory: convert on the host and copy it up (on the CPU device the
   // copy is a memcpy). The tensor's elements only; the padding past numel is left as gathered.
   const size_t n = static_cast<size_t>(part_->numel(t));

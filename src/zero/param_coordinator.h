@@ -16,6 +16,17 @@
 //
 // Tensors of at most stage3_param_persistence_threshold elements stay gathered on every rank.
 //
+// hpZ (ZeRO++ zero_hpz_partition_size, set_secondary_group): besides its shard over the world,
+// each rank keeps a secondary partition of a tensor over its hpZ group of k ranks (normally the
+// ranks of one node): 1/k of the padded tensor, elements [j*s*W/k, (j+1)*s*W/k) for the rank with
+// index j in the group (s: the world shard size). It is cut from the full gathered copy when the
+// tensor is released for the first time after the shards changed (the release after the forward
+// pass), and every later gather of the tensor is an all-gather of the secondary partitions inside
+// the group (the backward pass's gathers stay inside the node). The optimizer step, a write and
+// new shards invalidate (and free) the secondary partitions; the next gathers go over the world
+// again. The gathered bytes are the same either way, so results are bitwise those of plain ZeRO-3.
+// Persistent tensors never get one (they stay gathered).
+//
 // Shards on NVMe (a ShardSource instead of resident shards). Prefetching also reads ahead: after
 // issuing its gathers, an acquire that follows the trace starts background reads of the shards of
 // the next tensors in the trace, as long as the elements being read stay within
@@ -78,6 +89,10 @@ class ParamCoordinator {
   Status init(const Partitioning *partitioning, Comm *comm, Device *device, const CoordinatorOptions &options,
               void *shards, std::vector<std::string> names);
 
+  // hpZ: the group secondary partitions are gathered over (null: off). Borrowed; it must outlive
+  // the coordinator. Every rank of the world calls it alike, before the first acquire.
+  Status set_secondary_group(Comm *group);
+
   // NVMe parameter offload: while shards is null, a tensor's shard comes from source (borrowed; it
   // must outlive the coordinator) instead of the resident shards. Setting resident shards drops
   // the reads ahead (the shards are about to be rewritten).
@@ -103,6 +118,9 @@ class ParamCoordinator {
   // t's gathered copy (null when not gathered); persistent tensors always have one.
   const void *gathered_data(size_t t) const { return tensors_[t].gathered.data(); }
   uint64_t gathered_bytes() const;
+  // hpZ secondary partitions held now.
+  uint64_t secondary_bytes() const;
+  bool has_secondary(size_t t) const { return !tensors_[t].secondary.empty(); }
   // Freed gathered buffers kept for reuse (reported as buffers).
   uint64_t cached_bytes() const;
   bool trace_valid() const { return trace_valid_; }
@@ -120,6 +138,7 @@ class ParamCoordinator {
     CommHandle pending;     // an in-flight prefetch into gathered
     QuantizedAllGather quantized;  // qwZ: the payloads of the gather in flight
     DeviceBuffer staged;    // the shard read from the source, sent by the gather (NVMe offload)
+    DeviceBuffer secondary;  // hpZ: this rank's secondary partition (empty: none valid)
     Read read = Read::None;
     Status read_error;
     int acquired = 0;
@@ -139,9 +158,13 @@ class ParamCoordinator {
   int64_t gathered_elems(size_t t) const;
   void free_gathered(size_t t);
   Status check_agreement();
+  Status make_secondary(size_t t);
+  void drop_secondaries();
+  int64_t secondary_elems(size_t t) const;
 
   const Partitioning *part_ = nullptr;
   Comm *comm_ = nullptr;
+  Comm *secondary_comm_ = nullptr;  // hpZ group (null: off)
   Device *device_ = nullptr;
   CoordinatorOptions options_;
   void *shards_ = nullptr;

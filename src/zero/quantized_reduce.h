@@ -58,6 +58,9 @@ class QuantizedReduceScatter {
   size_t payload_bytes(const std::vector<QgzSegment> &segments) const;
   // Bytes sent by the node communicators (they count their own traffic, not the world's).
   CommTraffic traffic() const;
+  // The node communicators (null when the world is used as one node).
+  const Comm *intra() const { return intra_.get(); }
+  const Comm *inter() const { return inter_.get(); }
   bool hierarchical() const { return nodes_ > 1 && locals_ > 1; }
   int nodes() const { return nodes_; }
   int locals() const { return locals_; }

@@ -182,6 +182,17 @@ data = estimates(5000, 1, 1, None, ["--trainable-params", "5000"])
 check(data["trainable_params"] == 5000 and data["configurations"] == estimates(5000, 1, 1)["configurations"],
       "--trainable-params N equals no flag")
 
+# hpZ: every stage-3 row grows by the secondary partition, 2T/K bytes per GPU (K at most the world);
+# other stages are unchanged.
+for params, trainable, world, k in [(7_000_000_000, 7_000_000_000, 16, 8), (1_300_000_000, 300_000_000, 8, 16)]:
+    base = estimates(params, world, world, 250_000_000, ["--trainable-params", str(trainable)])
+    hpz = estimates(params, world, world, 250_000_000, ["--trainable-params", str(trainable), "--hpz", str(k)])
+    check(hpz["hpz_partition_size"] == min(k, world), f"hpz size {hpz['hpz_partition_size']}")
+    for a, b in zip(base["configurations"], hpz["configurations"]):
+        extra = (2 * trainable) // min(k, world) if a["stage"] == 3 else 0
+        check(b["hpz_secondary_bytes"] == extra and b["gpu_bytes"] - a["gpu_bytes"] == extra
+              and b["host_bytes"] == a["host_bytes"], f"hpz {k} on {world} GPUs, {a} -> {b}")
+
 # Bad command lines: exit 2 and a message naming the problem.
 for args, needle in [((), "--params N is required"), (("--params", "abc"), "--params"),
                      (("--params", "1B", "--stage", "5"), "--stage"),
@@ -192,7 +203,10 @@ for args, needle in [((), "--params N is required"), (("--params", "abc"), "--pa
                      (("--params", "1B", "--bogus", "1"), "unknown option"),
                      (("--params", "1B", "--gpu-memory", "lots"), "--gpu-memory"),
                      (("--params", "1B", "--trainable-params", "2B"), "--trainable-params exceeds"),
-                     (("--params", "1B", "--trainable-params", "x"), "--trainable-params")]:
+                     (("--params", "1B", "--trainable-params", "x"), "--trainable-params"),
+                     (("--params", "1B", "--world-size", "8", "--hpz", "3"), "--hpz must divide"),
+                     (("--params", "1B", "--world-size", "8", "--stage", "2", "--hpz", "2"), "--hpz needs stage 3"),
+                     (("--params", "1B", "--hpz", "0"), "--hpz")]:
     rc, out, err = run(*args)
     check(rc == 2 and needle in err, f"{args}: rc={rc} (want 2), stderr={err!r} (want {needle!r})")
 

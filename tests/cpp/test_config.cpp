@@ -384,7 +384,6 @@ TEST(Config, BatchRuleErrorShowsTheNumbers) {
 
 TEST(Config, UnimplementedFeaturesAreRefusedNotDropped) {
   const char *const refused[] = {
-      R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}})",
       R"({"zero_optimization": {"stage": 3, "mics_shard_size": 4}})",
       R"({"optimizer": {"type": "OneBitAdam", "params": {"freeze_step": 10}}})",
       R"({"optimizer": {"type": "ZeroOneAdam", "params": {"anything": 1}}})",
@@ -413,7 +412,32 @@ TEST(Config, UnimplementedFeaturesAreRefusedNotDropped) {
   resolve_ok(*off);
   std::unique_ptr<Config> zeropp;
   ASSERT_TRUE(Config::load(kSeeds + "/zeropp.json", &zeropp).ok());
-  EXPECT_EQ(zeropp->unsupported().size(), 1u);  // zero_hpz_partition_size (qwZ and qgZ are implemented)
+  EXPECT_TRUE(zeropp->unsupported().empty());  // hpZ, qwZ and qgZ are all implemented
+}
+
+// hpZ is a stage-3 partitioning: read at stage 3, ignored below (as DeepSpeed), 0 means off.
+TEST(Config, HpzPartitionSizeResolves) {
+  struct Case {
+    const char *json;
+    int64_t want;
+  } cases[] = {
+      {R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}})", 8},
+      {R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 0}})", 1},
+      {R"({"zero_optimization": {"stage": 2, "zero_hpz_partition_size": 8}})", 1},
+      {R"({"zero_optimization": {"stage": 3}})", 1},
+  };
+  for (const Case &c : cases) {
+    auto config = parse_ok(c.json);
+    ASSERT_NE(config, nullptr);
+    EXPECT_TRUE(config->unsupported().empty()) << c.json;
+    TrainConfig t;
+    ASSERT_TRUE(config->resolve(1, &t).ok()) << c.json;
+    EXPECT_EQ(t.zero.zero_hpz_partition_size, c.want) << c.json;
+  }
+  std::unique_ptr<Config> negative;
+  EXPECT_EQ(Config::parse(R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": -2}})", "test", &negative)
+                .code(),
+            DSRT_ERR_CONFIG);
 }
 
 TEST(Config, HostSideSectionsOnlyWarn) {

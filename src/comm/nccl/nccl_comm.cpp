@@ -1,7 +1,6 @@
 // defines: NcclComm (collectives on a communication stream, host buffers staged through device
-// memory, timeouts by polling ncclCommGetAsyncError and aborting), nccl_unique_id and
-// nccl_comm_create. The communicator is created non-blocking (config.blocking = 0) so that its
-// creation, like every collective, can be abandoned after DSRT_COMM_TIMEOUT_S.
+// memory, timeouts by polling ncclCommGetAsyncError and aborting; split by ncclCommSplit) behind
+// nccl_comm_make (nccl_shared.h); nccl_create.cpp creates the first one.
 #include "comm/nccl/nccl_comm.h"
 
 #ifdef DSRT_HAVE_NCCL
@@ -20,158 +19,17 @@
 
 #include "comm/comm_checks.h"
 #include "comm/comm_split.h"
+#include "comm/nccl/nccl_shared.h"
 #include "cuda/comm_reduce.h"
 #include "util/half.h"
 #include "util/log.h"
 
 namespace dsrt {
+namespace nccl_internal {
 namespace {
-
-static_assert(sizeof(ncclUniqueId) == kNcclUniqueIdBytes, "NCCL's unique id is not 128 bytes");
-
-using Clock = std::chrono::steady_clock;
-
-Clock::time_point deadline_after(double seconds) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
-
-Status cuda_status(cudaError_t err, const char *call, const std::string &where) {
-  if (err == cudaSuccess) return Status::Ok();
-  return Error(DSRT_ERR_DEVICE, "%s failed (%s): %s (%s)", call, where.c_str(), cudaGetErrorString(err),
-               cudaGetErrorName(err));
-}
-#define DSRT_CUDA_OK(call, where) DSRT_RETURN_IF_ERROR(cuda_status((call), #call, (where)))
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Sum ? ncclSum : op == ReduceOp::Max ? ncclMax : ncclMin; }
 int kernel_op(ReduceOp op) { return op == ReduceOp::Sum ? 0 : op == ReduceOp::Max ? 1 : 2; }
-
-// A buffer a collective reads (in) and/or writes (out). Host memory is staged through a device
-// temporary; device memory is used as is.
-struct Arg {
-  void *ptr = nullptr;
-  size_t bytes = 0;
-  bool in = false, out = false;
-  void *dev = nullptr;  // what the NCCL calls use
-  bool staged = false;
-};
-
-// State the communicator and its outstanding handles share (a handle may outlive the comm).
-struct Shared {
-  std::mutex mutex;  // one thread at a time inside NCCL, and around abort
-  ncclComm_t comm = nullptr;
-  int rank = 0, size = 1, device = 0;
-  double timeout_s = 300;
-  cudaStream_t stream = nullptr;       // collectives
-  cudaStream_t copy_stream = nullptr;  // copies of results back to host buffers
-  cudaStream_t compute = nullptr;      // the caller's stream the collectives wait for
-  cudaEvent_t ready = nullptr;
-  cudaMemPool_t pool = nullptr;        // scratch and staging, stream-ordered
-  bool broken = false;
-  std::string broken_reason;
-
-  ~Shared() {
-    if (cudaSetDevice(device) != cudaSuccess) return;
-    if (comm != nullptr) {
-      // Let issued collectives drain (bounded); a peer that never arrives gets the comm aborted.
-      bool drained = stream == nullptr || poll_idle(deadline_after(std::min(timeout_s, 30.0)));
-      ncclResult_t state = drained ? ncclCommFinalize(comm) : ncclInternalError;
-      // A non-blocking communicator finalizes in the background: poll it (bounded).
-      Clock::time_point until = deadline_after(std::min(timeout_s, 30.0));
-      while (state == ncclInProgress && Clock::now() < until) {
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
-        if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) state = ncclInternalError;
-      }
-      if (state == ncclSuccess) ncclCommDestroy(comm);
-      else ncclCommAbort(comm);
-    }
-    if (ready != nullptr) cudaEventDestroy(ready);
-    if (stream != nullptr) cudaStreamDestroy(stream);
-    if (copy_stream != nullptr) cudaStreamDestroy(copy_stream);
-    if (pool != nullptr) cudaMemPoolDestroy(pool);
-  }
-
-  bool poll_idle(Clock::time_point until) {
-    for (;;) {
-      cudaError_t q = cudaStreamQuery(stream);
-      if (q != cudaErrorNotReady) return q == cudaSuccess;
-      ncclResult_t state = ncclSuccess;
-      if (ncclCommGetAsyncError(comm, &state) != ncclSuccess || (state != ncclSuccess && state != ncclInProgress))
-        return false;
-      if (Clock::now() >= until) return false;
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-  }
-
-  std::string where(const std::string &what, int64_t step) const {
-    return Format("%s on rank %d of %d (cuda:%d) at step %lld", what.c_str(), rank, size, device,
-                  static_cast<long long>(step));
-  }
-
-  // Marks the communicator unusable and aborts NCCL (peers then fail too instead of hanging).
-  // Caller holds mutex.
-  Status break_locked(Status reason) {
-    if (!broken) {
-      broken = true;
-      broken_reason = reason.message();
-      if (comm != nullptr) ncclCommAbort(comm);
-      comm = nullptr;
-      logf(DSRT_LOG_ERROR, "%s", reason.message().c_str());
-    }
-    return reason;
-  }
-
-  Status broken_error(const std::string &what) const {
-    return Error(DSRT_ERR_COMM,
-                 "%s on rank %d: this NCCL communicator is unusable after an earlier failure (%s); the ranks are no "
-                 "longer in step, so restart the job (or create a new communicator on every rank)",
-                 what.c_str(), rank, broken_reason.c_str());
-  }
-
-  // Checks an NCCL call made under mutex. ncclInProgress (a non-blocking communicator still
-  // enqueuing) is waited out; any other failure breaks the communicator.
-  Status nccl_locked(ncclResult_t result, const char *call, const std::string &what, Clock::time_point until) {
-    if (result == ncclInProgress) {
-      do {
-        if (Clock::now() >= until)
-          return break_locked(Error(DSRT_ERR_COMM, "%s: %s did not finish enqueuing within %g s; communicator "
-                                                   "aborted. Raise DSRT_COMM_TIMEOUT_S if this is legitimate",
-                                    what.c_str(), call, timeout_s));
-        std::this_thread::yield();
-        if (ncclCommGetAsyncError(comm, &result) != ncclSuccess) result = ncclInternalError;
-      } while (result == ncclInProgress);
-    }
-    if (result == ncclSuccess) return Status::Ok();
-    return break_locked(Error(DSRT_ERR_COMM, "%s: %s failed: %s (%s); communicator aborted", what.c_str(), call,
-                              ncclGetErrorString(result), comm != nullptr ? ncclGetLastError(comm) : ""));
-  }
-
-  // Waits for event: DSRT_ERR_COMM when NCCL reports an asynchronous error or until passes, after
-  // which the communicator is aborted.
-  Status wait_event(cudaEvent_t event, const std::string &what, Clock::time_point until) {
-    for (int spin = 0;; ++spin) {
-      cudaError_t q = cudaEventQuery(event);
-      if (q == cudaSuccess) return Status::Ok();
-      std::lock_guard<std::mutex> guard(mutex);
-      if (broken) return broken_error(what);
-      if (q != cudaErrorNotReady)
-        return break_locked(cuda_status(q, "cudaEventQuery", what + ": the GPU failed while the collective ran"));
-      ncclResult_t state = ncclSuccess;
-      ncclResult_t rc = ncclCommGetAsyncError(comm, &state);
-      if (rc != ncclSuccess) state = rc;
-      if (state != ncclSuccess && state != ncclInProgress)
-        return break_locked(Error(DSRT_ERR_COMM, "%s failed: NCCL reports %s (%s): a peer died, left, or the network "
-                                                 "failed; communicator aborted",
-                                  what.c_str(), ncclGetErrorString(state), ncclGetLastError(comm)));
-      if (Clock::now() >= until)
-        return break_locked(Error(DSRT_ERR_COMM,
-                                  "%s did not complete within %g s: another rank skipped or reordered this "
-                                  "collective, is still busy, or died; the communicator is now unusable (aborted). "
-                                  "Raise DSRT_COMM_TIMEOUT_S if the step is legitimately slower",
-                                  what.c_str(), timeout_s));
-      if (spin > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
-};
 
 class NcclRequest final : public CommRequest {
  public:
@@ -222,56 +80,6 @@ class NcclRequest final : public CommRequest {
   bool waited_ = false;
   Status result_;
 };
-
-// The device side of a communicator: its streams, ordering event and scratch pool on device.
-Status make_shared_state(int device, std::shared_ptr<Shared> *out) {
-  auto shared = std::make_shared<Shared>();
-  shared->device = device;
-  const std::string where = Format("NCCL communicator on cuda:%d", device);
-  DSRT_CUDA_OK(cudaSetDevice(device), where);
-  DSRT_CUDA_OK(cudaStreamCreateWithFlags(&shared->stream, cudaStreamNonBlocking), where);
-  DSRT_CUDA_OK(cudaStreamCreateWithFlags(&shared->copy_stream, cudaStreamNonBlocking), where);
-  DSRT_CUDA_OK(cudaEventCreateWithFlags(&shared->ready, cudaEventDisableTiming), where);
-  cudaMemPoolProps props = {};
-  props.allocType = cudaMemAllocationTypePinned;
-  props.location.type = cudaMemLocationTypeDevice;
-  props.location.id = device;
-  DSRT_CUDA_OK(cudaMemPoolCreate(&shared->pool, &props), where + ": scratch memory pool");
-  uint64_t keep = UINT64_MAX;  // keep freed scratch for the next collective
-  DSRT_CUDA_OK(cudaMemPoolSetAttribute(shared->pool, cudaMemPoolAttrReleaseThreshold, &keep), where);
-  *out = std::move(shared);
-  return Status::Ok();
-}
-
-// Polls a non-blocking communicator being created (init or split) until it is ready; aborts it on
-// failure or after timeout_s.
-Status wait_created(ncclComm_t comm, const std::string &where, double timeout_s) {
-  ncclResult_t rc = ncclInProgress;
-  Clock::time_point until = deadline_after(timeout_s);
-  while (comm != nullptr) {
-    if (ncclCommGetAsyncError(comm, &rc) != ncclSuccess) rc = ncclInternalError;
-    if (rc != ncclInProgress) break;
-    if (Clock::now() >= until) {
-      ncclCommAbort(comm);
-      return Error(DSRT_ERR_COMM, "%s: creating the NCCL communicator did not complete within %g s: a rank did not "
-                                  "join (still starting, died, or got another id), or the ranks cannot reach each "
-                                  "other (NCCL_SOCKET_IFNAME, NCCL_DEBUG=INFO tells more)",
-                   where.c_str(), timeout_s);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  if (comm == nullptr) return Error(DSRT_ERR_COMM, "%s: NCCL returned no communicator", where.c_str());
-  if (rc != ncclSuccess) {
-    std::string detail = ncclGetLastError(comm);
-    ncclCommAbort(comm);
-    return Error(DSRT_ERR_COMM, "%s: creating the NCCL communicator failed: %s (%s)%s", where.c_str(),
-                 ncclGetErrorString(rc), detail.c_str(),
-                 rc == ncclInvalidUsage ? "; two ranks on one GPU are refused by NCCL: give each rank its own GPU or "
-                                          "use DSRT_COMM=staged under mpirun"
-                                        : "");
-  }
-  return Status::Ok();
-}
 
 using Body = std::function<Status(const std::vector<Arg> &, const std::string &, Clock::time_point)>;
 
@@ -702,61 +510,9 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
 
 }  // namespace
 
-Status nccl_unique_id(void *out) {
-  if (out == nullptr) return Error(DSRT_ERR_INVALID_ARGUMENT, "nccl_unique_id: out is NULL");
-  ncclUniqueId id;
-  ncclResult_t rc = ncclGetUniqueId(&id);
-  if (rc != ncclSuccess)
-    return Error(DSRT_ERR_COMM, "ncclGetUniqueId failed: %s (%s); check the network interfaces NCCL may use "
-                                "(NCCL_SOCKET_IFNAME)", ncclGetErrorString(rc), ncclGetLastError(nullptr));
-  std::memcpy(out, &id, sizeof id);
-  return Status::Ok();
-}
+std::shared_ptr<Comm> nccl_comm_make(std::shared_ptr<Shared> shared) { return std::make_shared<NcclComm>(std::move(shared)); }
 
-Status nccl_comm_create(const void *id, int rank, int world_size, int device, std::shared_ptr<Comm> *out) {
-  if (out == nullptr || id == nullptr) return Error(DSRT_ERR_INVALID_ARGUMENT, "nccl_comm_create: NULL argument");
-  *out = nullptr;
-  if (world_size < 1 || rank < 0 || rank >= world_size)
-    return Error(DSRT_ERR_INVALID_ARGUMENT, "nccl_comm_create: rank %d is not in 0..%d", rank, world_size - 1);
-  int visible = 0;
-  cudaError_t err = cudaGetDeviceCount(&visible);
-  if (err != cudaSuccess || visible == 0) {
-    cudaGetLastError();
-    return Error(DSRT_ERR_DEVICE, "NCCL needs a CUDA GPU, but none is visible to this process (%s): check the "
-                                  "driver, nvidia-smi and CUDA_VISIBLE_DEVICES, or use MPI (dsrt_comm_create_from_env "
-                                  "under mpirun with DSRT_COMM=mpi)",
-                 err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
-  }
-  if (device < 0 || device >= visible)
-    return Error(DSRT_ERR_DEVICE, "NCCL rank %d: CUDA device %d does not exist (%d visible)", rank, device, visible);
-  std::shared_ptr<Shared> shared;
-  DSRT_RETURN_IF_ERROR(make_shared_state(device, &shared));
-  shared->rank = rank;
-  shared->size = world_size;
-  shared->timeout_s = comm_timeout_seconds_from_env();
-  const std::string where = Format("NCCL rank %d of %d on cuda:%d", rank, world_size, device);
-  ncclUniqueId uid;
-  std::memcpy(&uid, id, sizeof uid);
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;  // creation returns at once and is polled, so a missing rank times out
-  ncclComm_t comm = nullptr;
-  ncclResult_t rc = ncclCommInitRankConfig(&comm, world_size, uid, rank, &config);
-  if (rc != ncclSuccess && rc != ncclInProgress) {
-    std::string detail = comm != nullptr ? ncclGetLastError(comm) : ncclGetLastError(nullptr);
-    if (comm != nullptr) ncclCommAbort(comm);
-    return Error(DSRT_ERR_COMM, "%s: ncclCommInitRankConfig failed: %s (%s)%s", where.c_str(), ncclGetErrorString(rc),
-                 detail.c_str(),
-                 rc == ncclInvalidUsage ? "; two ranks on one GPU are refused by NCCL: give each rank its own GPU or "
-                                          "use DSRT_COMM=staged under mpirun"
-                                        : "");
-  }
-  DSRT_RETURN_IF_ERROR(wait_created(comm, where, shared->timeout_s));
-  shared->comm = comm;
-  log_set_rank(rank);
-  *out = std::make_shared<NcclComm>(std::move(shared));
-  return Status::Ok();
-}
-
+}  // namespace nccl_internal
 }  // namespace dsrt
 
 #endif  // DSRT_HAVE_NCCL

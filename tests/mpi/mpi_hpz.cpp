@@ -1,0 +1,218 @@
+// dsrt-mpi-ranks: 2 4
+// ZeRO++ hpZ (zero_hpz_partition_size) at stage 3, with DSRT_RANKS_PER_NODE=2 standing in for
+// nodes of two ranks: training is bitwise that of plain ZeRO-3 (the gradients depend on the
+// gathered weights, so a wrong gather shows); the backward gathers run inside the hpZ group (the
+// world's all-gather bytes fall, the group's rise); dsrt_engine_memory shows the secondary
+// partition, sized by the formula; checkpoints of an hpZ run resume bitwise in hpZ and in plain
+// ZeRO-3 engines and the other way round; a group size that does not divide the world is refused.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../cpp/ckpt_test_util.h"
+#include "comm/comm.h"
+#include "mpi_test_main.h"
+
+namespace dsrt {
+namespace {
+
+using namespace ckpt_test;
+
+std::shared_ptr<Comm> g_world;
+
+struct RanksPerNode {
+  RanksPerNode() { setenv("DSRT_RANKS_PER_NODE", "2", 1); }
+  ~RanksPerNode() { unsetenv("DSRT_RANKS_PER_NODE"); }
+};
+
+TrainConfig config(int hpz) {
+  TrainConfig c = config_for(3, DSRT_BF16);
+  c.zero.zero_hpz_partition_size = hpz;
+  c.gradient_clipping = 1.0;
+  return c;
+}
+
+// One micro-step as a host runs it: forward acquires and releases every tensor in order, backward
+// acquires them again in reverse (the gathers hpZ serves from the group) and writes gradients
+// that depend on the weights it was given.
+void micro_step(Engine &engine, int step) {
+  const int me = engine.rank();
+  for (size_t t = 0; t < engine.num_tensors(); ++t) {
+    void *data = nullptr;
+    ASSERT_TRUE(engine.acquire(t, &data, nullptr).ok());
+    ASSERT_TRUE(engine.release(t).ok());
+  }
+  for (size_t t = engine.num_tensors(); t-- > 0;) {
+    void *data = nullptr;
+    ASSERT_TRUE(engine.acquire(t, &data, nullptr).ok());
+    const int64_t n = engine.tensor_numel(t);
+    std::vector<float> weights(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) weights[i] = to_float(data, DSRT_BF16, static_cast<size_t>(i));
+    std::mt19937 rng(static_cast<uint32_t>(step * 7919 + t * 104729 + me * 31));
+    std::normal_distribution<float> noise(0.0f, 0.2f);
+    const Status written = testing_util::update_grad(engine, t, [&](void *buffer, dsrt_dtype dtype) {
+      for (int64_t i = 0; i < n; ++i)
+        from_float(buffer, dtype, static_cast<size_t>(i), 0.5f * weights[i] * weights[i] - 0.1f + noise(rng));
+    });
+    ASSERT_TRUE(written.ok()) << written.message();
+    ASSERT_TRUE(engine.grad_ready(t).ok());
+    ASSERT_TRUE(engine.release(t).ok());
+  }
+}
+
+void train_steps(Engine &engine, int steps) {
+  for (int i = 0; i < steps; ++i) {
+    micro_step(engine, static_cast<int>(engine.counters().global_step));
+    dsrt_step_result result = DSRT_STEP_RESULT_INIT;
+    Status s = engine.step(&result);
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+}
+
+TEST(Hpz, BitwiseEqualToZero3AndGathersStayInTheGroup) {
+  RanksPerNode env;
+  const int world = g_world->size();
+  std::shared_ptr<Comm> plain_comm, hpz_comm;
+  ASSERT_TRUE(g_world->split(0, 0, &plain_comm).ok());  // fresh traffic counters for each run
+  ASSERT_TRUE(g_world->split(0, 0, &hpz_comm).ok());
+  auto plain = make_engine(config(1), plain_comm);
+  auto hpz = make_engine(config(2), hpz_comm);
+  ASSERT_TRUE(plain && hpz);
+  const CommTraffic plain_before = plain_comm->traffic(), hpz_before = hpz_comm->traffic();
+  train_steps(*plain, 3);
+  train_steps(*hpz, 3);
+  EXPECT_TRUE(bitwise_equal(masters(*plain), masters(*hpz)));
+  EXPECT_TRUE(bitwise_equal(partition_bytes(*plain), partition_bytes(*hpz)));
+  const uint64_t plain_gather = plain_comm->traffic().all_gather - plain_before.all_gather;
+  const uint64_t hpz_gather = hpz_comm->traffic().all_gather - hpz_before.all_gather;
+  // Forward gathers over the world as before; the backward ones moved into the group: with W
+  // ranks a world gather sends (W-1)s per tensor, so the world's bytes halve, minus the gathers
+  // of masters() above, which both engines did alike.
+  EXPECT_LT(hpz_gather, plain_gather) << "world all-gather bytes: hpZ " << hpz_gather << ", ZeRO-3 " << plain_gather;
+  if (world > 1) {
+    EXPECT_GT(hpz_gather, plain_gather / 3);
+  }
+}
+
+TEST(Hpz, MemoryShowsTheSecondaryPartition) {
+  RanksPerNode env;
+  const int world = g_world->size();
+  auto plain = make_engine(config(1), g_world);
+  auto hpz = make_engine(config(2), g_world);
+  ASSERT_TRUE(plain && hpz);
+  // After a forward pass every tensor has its secondary partition: s * W / 2 bf16 elements.
+  for (Engine *e : {plain.get(), hpz.get()})
+    for (size_t t = 0; t < e->num_tensors(); ++t) {
+      void *data = nullptr;
+      ASSERT_TRUE(e->acquire(t, &data, nullptr).ok());
+      ASSERT_TRUE(e->release(t).ok());
+    }
+  uint64_t expect = 0;
+  for (size_t t = 0; t < hpz->num_tensors(); ++t) {
+    const int64_t shard = (hpz->tensor_numel(t) + world - 1) / world;
+    expect += static_cast<uint64_t>(shard * (world / std::min(2, world))) * 2;
+  }
+  dsrt_memory_stats a = DSRT_MEMORY_STATS_INIT, b = DSRT_MEMORY_STATS_INIT;
+  ASSERT_TRUE(plain->memory(&a).ok());
+  ASSERT_TRUE(hpz->memory(&b).ok());
+  const uint64_t extra = b.working_params[DSRT_LOC_DEVICE] - a.working_params[DSRT_LOC_DEVICE];
+  EXPECT_EQ(extra, world >= 2 ? expect : 0u) << "secondary partition bytes in working_params";
+  ASSERT_NE(hpz->param_coordinator(), nullptr);
+  EXPECT_EQ(hpz->param_coordinator()->secondary_bytes(), world >= 2 ? expect : 0u);
+  // dsrt estimate-memory --hpz predicts 2T/k per GPU: the engine's figure differs only by each
+  // tensor's padding to a multiple of the world size (under 2W/k bytes a tensor).
+  int64_t total = 0;
+  for (size_t t = 0; t < hpz->num_tensors(); ++t) total += hpz->tensor_numel(t);
+  const std::string command = std::string(DSRT_BINARY_DIR) + "/bin/dsrt estimate-memory --params " +
+                              std::to_string(total) + " --largest-layer-params 1 --stage 3 --world-size " +
+                              std::to_string(world) + " --hpz 2 --json";
+  FILE *pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr) << command;
+  std::string out;
+  char chunk[4096];
+  for (size_t n; (n = fread(chunk, 1, sizeof chunk, pipe)) > 0;) out.append(chunk, n);
+  ASSERT_EQ(pclose(pipe), 0) << command << "\n" << out;
+  const size_t at = out.find("\"hpz_secondary_bytes\": ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const uint64_t estimated = std::strtoull(out.c_str() + at + 23, nullptr, 10);
+  const int k = std::min(2, world);
+  const uint64_t slack = static_cast<uint64_t>(hpz->num_tensors()) * 2 * static_cast<uint64_t>(world / k);
+  EXPECT_LE(estimated, extra) << out;
+  EXPECT_LE(extra, estimated + slack) << "engine " << extra << " bytes, estimate-memory " << estimated;
+  if (world >= 2) {
+    EXPECT_GT(estimated, 0u);
+  }
+  // The optimizer step invalidates and frees them.
+  for (size_t t = hpz->num_tensors(); t-- > 0;) {
+    ASSERT_TRUE(hpz->grad_ready(t).ok());
+  }
+  dsrt_step_result result = DSRT_STEP_RESULT_INIT;
+  ASSERT_TRUE(hpz->step(&result).ok());
+  EXPECT_EQ(hpz->param_coordinator()->secondary_bytes(), 0u);
+}
+
+// One folder for all ranks (named after rank 0's pid), emptied by rank 0.
+std::string shared_dir(const std::string &name) {
+  uint64_t pid = static_cast<uint64_t>(::getpid());
+  EXPECT_TRUE(g_world->broadcast_bytes(&pid, sizeof pid, 0).ok());
+  const std::string dir = std::string(DSRT_BINARY_DIR) + "/ckpt_scratch/mpi_" + name + "_" + std::to_string(pid);
+  if (g_world->rank() == 0) {
+    EXPECT_TRUE(remove_tree(dir).ok());
+    EXPECT_TRUE(make_directories(dir).ok());
+  }
+  EXPECT_TRUE(g_world->barrier().ok());
+  return dir;
+}
+
+TEST(Hpz, CheckpointsResumeBitwiseAcrossHpzAndZero3) {
+  RanksPerNode env;
+  for (int saved : {2, 1})
+    for (int loaded : {2, 1}) {
+      SCOPED_TRACE("saved with zero_hpz_partition_size " + std::to_string(saved) + ", loaded with " +
+                   std::to_string(loaded));
+      const std::string dir = shared_dir("hpz");
+      auto a = make_engine(config(saved), g_world);
+      train_steps(*a, 2);
+      Status s = save_checkpoint(*a, dir, "");
+      ASSERT_TRUE(s.ok()) << s.message();
+      train_steps(*a, 3);
+      auto b = make_engine(config(loaded), g_world, shapes(), 999);
+      s = load_checkpoint(*b, dir, "");
+      ASSERT_TRUE(s.ok()) << s.message();
+      train_steps(*b, 3);
+      EXPECT_TRUE(bitwise_equal(masters(*a), masters(*b)));
+      EXPECT_TRUE(bitwise_equal(partition_bytes(*a), partition_bytes(*b)));
+      EXPECT_EQ(a->counters().global_step, b->counters().global_step);
+      EXPECT_TRUE(g_world->barrier().ok());
+      if (g_world->rank() == 0) {
+        EXPECT_TRUE(remove_tree(dir).ok());
+      }
+    }
+}
+
+TEST(Hpz, GroupThatDoesNotTileTheWorldIsRefused) {
+  const int world = g_world->size();
+  if (world < 4) GTEST_SKIP() << "needs a world that 3 does not divide and exceeds";
+  TrainConfig c = config(3);
+  c.world_size = world;
+  c.train_batch_size = c.train_micro_batch_size_per_gpu * c.gradient_accumulation_steps * world;
+  std::unique_ptr<Engine> engine;
+  ASSERT_TRUE(Engine::create(c, g_world, &engine).ok());
+  std::vector<float> init(100, 0.5f);
+  const int64_t shape[] = {100};
+  ASSERT_TRUE(engine->add_param("w", shape, 1, init.data(), nullptr).ok());
+  Status s = engine->build();
+  EXPECT_EQ(s.code(), DSRT_ERR_CONFIG) << s.message();
+  EXPECT_NE(s.message().find("zero_hpz_partition_size 3 does not divide the world size"), std::string::npos)
+      << s.message();
+}
+
+}  // namespace
+}  // namespace dsrt
+
+int main(int argc, char **argv) { return dsrt::run_mpi_gtests(argc, argv, "mpi_hpz", &dsrt::g_world); }
