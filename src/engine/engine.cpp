@@ -414,10 +414,6 @@ Status Engine::build_impl() {
   }
   if (part_.stage() == 3 && frozen_.size() > 0 &&
       (config_.zero.zero_quantized_weights || config_.zero.zero_quantized_nontrainable_weights)) {
-    if (device_->type() != DSRT_DEVICE_CPU)
-      return Error(DSRT_ERR_UNSUPPORTED,
-                   "zero_optimization.zero_quantized_nontrainable_weights / zero_quantized_weights: dsrt quantizes "
-                   "gathers on the CPU device only; set them to false on a GPU device");
     frozen_.set_quantized_gathers(true);
   }
   DSRT_RETURN_IF_ERROR(frozen_.build(comm_.get(), device_.get(), working_dtype(), part_.stage()));

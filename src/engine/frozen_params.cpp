@@ -64,7 +64,7 @@ Status FrozenParams::gather(size_t i, void *dst, bool quantized) {
     QuantizedAllGather q;
     CommHandle handle;
     const char *what = "gathering frozen tensor '%s' (zero_quantized_nontrainable_weights)";
-    DSRT_RETURN_IF_ERROR(q.start(comm_, t.resident.data(), static_cast<size_t>(shard_elems(i)), dtype_, &handle)
+    DSRT_RETURN_IF_ERROR(q.start(comm_, device_, nullptr, t.resident.data(), static_cast<size_t>(shard_elems(i)), dtype_, &handle)
                              .with_context(Format(what, t.name.c_str())));
     DSRT_RETURN_IF_ERROR(handle->wait().with_context(Format(what, t.name.c_str())));
     return q.finish(dst).with_context(Format(what, t.name.c_str()));

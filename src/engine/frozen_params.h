@@ -48,7 +48,7 @@ class FrozenParams {
   void add(std::string name, std::vector<int64_t> shape, int64_t numel, std::vector<float> init);
   // Allocates and fills the working copies; sharded at stage 3 on more than one rank.
   Status build(Comm *comm, Device *device, dsrt_dtype dtype, int stage);
-  // Quantized gathers for acquire (zero_quantized_nontrainable_weights); CPU device only.
+  // Quantized gathers for acquire (zero_quantized_nontrainable_weights), on the device's kernels.
   void set_quantized_gathers(bool on) { quantized_ = on; }
   bool quantized_gathers() const { return quantized_; }
 

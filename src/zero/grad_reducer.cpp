@@ -46,10 +46,6 @@ Status GradReducer::init(const Partitioning *partitioning, Comm *comm, Device *d
 
   qgz_.reset();
   if (options_.quantized_gradients && part_->stage() == 3 && world_ > 1) {
-    if (device->type() != DSRT_DEVICE_CPU)
-      return Error(DSRT_ERR_UNSUPPORTED,
-                   "zero_optimization.zero_quantized_gradients: dsrt quantizes gradients on the CPU device only; "
-                   "set it to false on a GPU device");
     if (options_.qgz_groups.size() != part_->num_tensors())
       return Error(DSRT_ERR_INVALID_ARGUMENT, "gradient reducer: qgz_groups has %zu entries for %zu tensors",
                    options_.qgz_groups.size(), part_->num_tensors());
@@ -63,7 +59,7 @@ Status GradReducer::init(const Partitioning *partitioning, Comm *comm, Device *d
       inter.reset();
     }
     qgz_ = std::make_unique<QuantizedReduceScatter>();
-    DSRT_RETURN_IF_ERROR(qgz_->init(comm, std::move(intra), std::move(inter), options_.qgz_bits));
+    DSRT_RETURN_IF_ERROR(qgz_->init(comm, std::move(intra), std::move(inter), options_.qgz_bits, device, nullptr));
   }
   const size_t n = part_->num_tensors();
   bucket_of_.assign(n, 0);

@@ -34,10 +34,6 @@ Status ParamCoordinator::init(const Partitioning *partitioning, Comm *comm, Devi
   options_ = options;
   shards_ = shards;
   names_ = std::move(names);
-  if (options_.quantized_weights && device_->type() != DSRT_DEVICE_CPU)
-    return Error(DSRT_ERR_UNSUPPORTED,
-                 "zero_optimization.zero_quantized_weights: dsrt quantizes parameter gathers on the CPU device only; "
-                 "set it to false on a GPU device");
   tensors_ = std::vector<TensorState>(part_->num_tensors());
   int64_t largest = 0;
   for (size_t t = 0; t < tensors_.size(); ++t)
@@ -82,7 +78,8 @@ Status ParamCoordinator::gather(size_t t, bool async) {
   } else {
     status = shard_to_send(t, &send);
     if (status.ok() && options_.quantized_weights && comm_->size() > 1) {
-      status = ts.quantized.start(comm_, send, static_cast<size_t>(s), options_.working_dtype, &ts.pending)
+      status = ts.quantized.start(comm_, device_, nullptr, send, static_cast<size_t>(s), options_.working_dtype,
+                                  &ts.pending)
                    .with_context(Format("gathering '%s' (zero_quantized_weights)", names_[t].c_str()));
     } else if (status.ok()) {
       status = comm_->all_gather(send, ts.gathered.data(), static_cast<size_t>(s), options_.working_dtype, &ts.pending)

@@ -73,8 +73,8 @@ struct CoordinatorOptions {
   int64_t max_reuse_distance = 1000000000;
   int64_t persistence_threshold = 100000;
   // ZeRO++ qwZ (zero_quantized_weights): every gather sends int8 blocks with fp32 scales
-  // (quantized_gather.h) and dequantizes into the gathered copy; the shards are unchanged. Host
-  // memory only: init refuses it on another device.
+  // (quantized_gather.h) and dequantizes into the gathered copy; the shards are unchanged.
+  // The kernels follow the device (quant_device.h: CPU, or CUDA on the default stream).
   bool quantized_weights = false;
 };
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "quant/quant_device.h"
 #include "util/half.h"
 
 namespace dsrt {
@@ -34,9 +35,18 @@ size_t qgz_group_for_shape(const int64_t *shape, int ndim, int world_size) {
   return static_cast<size_t>((group + 1) / 2 * 2);
 }
 
-Status QuantizedReduceScatter::init(Comm *world, std::shared_ptr<Comm> intra, std::shared_ptr<Comm> inter, int bits) {
+Status QuantizedReduceScatter::init(Comm *world, std::shared_ptr<Comm> intra, std::shared_ptr<Comm> inter, int bits,
+                                    Device *device, DeviceStream stream) {
+  if (world == nullptr) return Error(DSRT_ERR_INVALID_ARGUMENT, "zero_quantized_gradients: NULL communicator");
   world_ = world;
   bits_ = bits;
+  if (device == nullptr) {
+    if (!host_) host_ = device_create_cpu();
+    device = host_.get();
+    stream = nullptr;
+  }
+  device_ = device;
+  stream_ = stream;
   DSRT_RETURN_IF_ERROR(quant_check_format(QuantFormat{bits, 2}).with_context("zero_quantized_gradients"));
   const int w = world->size();
   nodes_ = 1;
@@ -103,19 +113,25 @@ CommTraffic QuantizedReduceScatter::traffic() const {
   return sum;
 }
 
+Status QuantizedReduceScatter::reserve(DeviceBuffer *buf, size_t bytes, const char *what) {
+  if (buf->bytes() >= bytes) return Status::Ok();
+  buf->reset();
+  return device_->allocate(bytes, buf, true).with_context(Format("zero_quantized_gradients: allocating %s", what));
+}
+
 Status QuantizedReduceScatter::pack(const void *src, dsrt_dtype dtype, const std::vector<QgzSegment> &segments,
-                                    uint8_t *payload) const {
+                                    uint8_t *payload) {
   const char *in = static_cast<const char *>(src);
   const size_t esize = dtype_size(dtype);
   for (const QgzSegment &seg : segments) {
     if (seg.group != 0) {
       const QuantFormat format{bits_, seg.group};
       const size_t groups = quant_groups(seg.elems, seg.group);
-      DSRT_RETURN_IF_ERROR(quantize_blocks(in, dtype, seg.elems, format, payload + groups * sizeof(float),
-                                           reinterpret_cast<float *>(payload)));
+      DSRT_RETURN_IF_ERROR(device_quantize_blocks(*device_, stream_, in, dtype, seg.elems, format,
+                                                  payload + groups * sizeof(float), reinterpret_cast<float *>(payload)));
     } else {
-      float *raw = reinterpret_cast<float *>(payload);
-      for (size_t i = 0; i < seg.elems; ++i) raw[i] = to_float(in, dtype, i);
+      DSRT_RETURN_IF_ERROR(
+          device_to_f32(*device_, stream_, in, dtype, seg.elems, reinterpret_cast<float *>(payload)));
     }
     payload += segment_bytes(seg, bits_);
     in += seg.elems * esize;
@@ -124,16 +140,17 @@ Status QuantizedReduceScatter::pack(const void *src, dsrt_dtype dtype, const std
 }
 
 Status QuantizedReduceScatter::unpack_add(const uint8_t *payload, const std::vector<QgzSegment> &segments,
-                                          float *dst) const {
+                                          float *dst) {
   for (const QgzSegment &seg : segments) {
     if (seg.group != 0) {
       const QuantFormat format{bits_, seg.group};
       const size_t groups = quant_groups(seg.elems, seg.group);
-      DSRT_RETURN_IF_ERROR(dequantize_add_blocks(payload + groups * sizeof(float),
-                                                 reinterpret_cast<const float *>(payload), seg.elems, format, dst));
+      DSRT_RETURN_IF_ERROR(device_dequantize_add_blocks(*device_, stream_, payload + groups * sizeof(float),
+                                                        reinterpret_cast<const float *>(payload), seg.elems, format,
+                                                        dst));
     } else {
-      const float *raw = reinterpret_cast<const float *>(payload);
-      for (size_t i = 0; i < seg.elems; ++i) dst[i] += raw[i];
+      DSRT_RETURN_IF_ERROR(
+          device_add_f32(*device_, stream_, reinterpret_cast<const float *>(payload), seg.elems, dst));
     }
     payload += segment_bytes(seg, bits_);
     dst += seg.elems;
@@ -150,50 +167,58 @@ Status QuantizedReduceScatter::reduce_scatter(const void *send, dsrt_dtype dtype
   const char *in = static_cast<const char *>(send);
   const size_t n = static_cast<size_t>(nodes_), l = static_cast<size_t>(locals_);
   Comm *stage1 = intra_ ? intra_.get() : world_;
+  Device &dev = *device_;
 
-  // Steps 1-2: partial_[node] = sum over this node's ranks of the block of rank (node, my_local).
-  partial_.assign(n * block, 0.0f);
+  // Steps 1-2: partial[node] = sum over this node's ranks of the block of rank (node, my_local).
+  DSRT_RETURN_IF_ERROR(reserve(&partial_, n * block * sizeof(float), "the partial sums"));
+  float *partial = partial_.as<float>();
   if (l > 1) {
-    send_.resize(l * n * payload);
-    recv_.resize(l * n * payload);
+    DSRT_RETURN_IF_ERROR(reserve(&send_, l * n * payload, "the send payloads"));
+    DSRT_RETURN_IF_ERROR(reserve(&recv_, l * n * payload, "the received payloads"));
+    DSRT_RETURN_IF_ERROR(dev.memset(partial, 0, n * block * sizeof(float), stream_));
+    uint8_t *sent = send_.as<uint8_t>(), *got = recv_.as<uint8_t>();
     for (size_t peer = 0; peer < l; ++peer) {
       for (size_t node = 0; node < n; ++node) {
         const size_t dest = static_cast<size_t>(rank_at_[node * l + peer]);
-        DSRT_RETURN_IF_ERROR(pack(in + dest * block * esize, dtype, segments, send_.data() + (peer * n + node) * payload));
+        DSRT_RETURN_IF_ERROR(pack(in + dest * block * esize, dtype, segments, sent + (peer * n + node) * payload));
       }
     }
+    // The communicator reads the payloads on its own stream.
+    DSRT_RETURN_IF_ERROR(dev.synchronize(stream_).with_context("qgZ: quantizing the blocks"));
     CommHandle handle;
-    DSRT_RETURN_IF_ERROR(stage1->all_to_all_bytes(send_.data(), recv_.data(), n * payload, &handle)
+    DSRT_RETURN_IF_ERROR(stage1->all_to_all_bytes(sent, got, n * payload, &handle)
                              .with_context("qgZ all-to-all inside the node"));
     DSRT_RETURN_IF_ERROR(handle->wait().with_context("qgZ all-to-all inside the node"));
     // Senders in rank order, so the fp32 sums are the same on every run.
     for (size_t from = 0; from < l; ++from)
       for (size_t node = 0; node < n; ++node)
-        DSRT_RETURN_IF_ERROR(unpack_add(recv_.data() + (from * n + node) * payload, segments, partial_.data() + node * block));
+        DSRT_RETURN_IF_ERROR(unpack_add(got + (from * n + node) * payload, segments, partial + node * block));
   } else {
     for (size_t node = 0; node < n; ++node) {
       const size_t dest = static_cast<size_t>(rank_at_[node * l + static_cast<size_t>(my_local_)]);
-      for (size_t i = 0; i < block; ++i) partial_[node * block + i] = to_float(in + dest * block * esize, dtype, i);
+      DSRT_RETURN_IF_ERROR(device_to_f32(dev, stream_, in + dest * block * esize, dtype, block, partial + node * block));
     }
   }
   if (n == 1) {
-    std::memcpy(out, partial_.data(), block * sizeof(float));
-    return Status::Ok();
+    DSRT_RETURN_IF_ERROR(dev.copy(out, partial, block * sizeof(float), stream_));
+    return dev.synchronize(stream_).with_context("qgZ: the reduced block");
   }
 
   // Steps 3-4: the partial sums across nodes.
-  send_.resize(n * payload);
-  recv_.resize(n * payload);
+  DSRT_RETURN_IF_ERROR(reserve(&send_, n * payload, "the send payloads"));
+  DSRT_RETURN_IF_ERROR(reserve(&recv_, n * payload, "the received payloads"));
+  uint8_t *sent = send_.as<uint8_t>(), *got = recv_.as<uint8_t>();
   for (size_t node = 0; node < n; ++node)
-    DSRT_RETURN_IF_ERROR(pack(partial_.data() + node * block, DSRT_F32, segments, send_.data() + node * payload));
+    DSRT_RETURN_IF_ERROR(pack(partial + node * block, DSRT_F32, segments, sent + node * payload));
+  DSRT_RETURN_IF_ERROR(dev.synchronize(stream_).with_context("qgZ: quantizing the partial sums"));
   CommHandle handle;
-  DSRT_RETURN_IF_ERROR(inter_->all_to_all_bytes(send_.data(), recv_.data(), payload, &handle)
+  DSRT_RETURN_IF_ERROR(inter_->all_to_all_bytes(sent, got, payload, &handle)
                            .with_context("qgZ all-to-all across nodes"));
   DSRT_RETURN_IF_ERROR(handle->wait().with_context("qgZ all-to-all across nodes"));
-  std::memset(out, 0, block * sizeof(float));
+  DSRT_RETURN_IF_ERROR(dev.memset(out, 0, block * sizeof(float), stream_));
   for (size_t node = 0; node < n; ++node)
-    DSRT_RETURN_IF_ERROR(unpack_add(recv_.data() + node * payload, segments, out));
-  return Status::Ok();
+    DSRT_RETURN_IF_ERROR(unpack_add(got + node * payload, segments, out));
+  return dev.synchronize(stream_).with_context("qgZ: the reduced block");
 }
 
 }  // namespace dsrt

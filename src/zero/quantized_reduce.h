@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "device/device.h"
 #include "quant/quantize.h"
 #include "util/status.h"
 
@@ -46,12 +47,16 @@ size_t qgz_group_for_shape(const int64_t *shape, int ndim, int world_size);
 class QuantizedReduceScatter {
  public:
   // Collective over world (and the node communicators, which come from comm_split_by_node on
-  // world; either may be null, meaning one node). bits 4 or 8.
-  Status init(Comm *world, std::shared_ptr<Comm> intra, std::shared_ptr<Comm> inter, int bits);
+  // world; either may be null, meaning one node). bits 4 or 8. The buffers of reduce_scatter are
+  // in device's memory and its kernels are the device's (quant_device.h), enqueued on stream;
+  // device must outlive this object. Without a device: host memory and the CPU kernels.
+  Status init(Comm *world, std::shared_ptr<Comm> intra, std::shared_ptr<Comm> inter, int bits,
+              Device *device = nullptr, DeviceStream stream = nullptr);
 
   // send: world->size() blocks, rank-major, each laid out as segments (sum of elems = block
-  // elements), of dtype. out: this rank's reduced block, fp32 (block elements). Blocking,
-  // collective over world: every rank passes the same segments.
+  // elements), of dtype. out: this rank's reduced block, fp32 (block elements). Both in the
+  // device's memory; the work before it on stream is waited for. Blocking (out is complete on
+  // return), collective over world: every rank passes the same segments.
   Status reduce_scatter(const void *send, dsrt_dtype dtype, const std::vector<QgzSegment> &segments, float *out);
 
   // Bytes of one block's payload.
@@ -67,9 +72,11 @@ class QuantizedReduceScatter {
 
  private:
   // Quantizes (or copies raw) one block of segments from src (dtype) into payload.
-  Status pack(const void *src, dsrt_dtype dtype, const std::vector<QgzSegment> &segments, uint8_t *payload) const;
+  Status pack(const void *src, dsrt_dtype dtype, const std::vector<QgzSegment> &segments, uint8_t *payload);
   // dst (fp32, block elements) += the block in payload.
-  Status unpack_add(const uint8_t *payload, const std::vector<QgzSegment> &segments, float *dst) const;
+  Status unpack_add(const uint8_t *payload, const std::vector<QgzSegment> &segments, float *dst);
+  // Grows buf to at least bytes (contents undefined).
+  Status reserve(DeviceBuffer *buf, size_t bytes, const char *what);
 
   Comm *world_ = nullptr;
   std::shared_ptr<Comm> intra_, inter_;
@@ -77,8 +84,10 @@ class QuantizedReduceScatter {
   int nodes_ = 1, locals_ = 1;
   int my_node_ = 0, my_local_ = 0;
   std::vector<int> rank_at_;  // rank_at_[node * locals_ + local] = world rank
-  std::vector<uint8_t> send_, recv_;
-  std::vector<float> partial_;
+  std::unique_ptr<Device> host_;  // the CPU device when init got none
+  Device *device_ = nullptr;
+  DeviceStream stream_ = nullptr;
+  DeviceBuffer send_, recv_, partial_;
 };
 
 }  // namespace dsrt
