@@ -70,7 +70,13 @@ Status ParamCoordinator::gather(size_t t, bool async) {
   }
   const char *send = nullptr;
   Status status;
-  if (!ts.secondary.empty()) {
+  if (!ts.secondary.empty() && options_.quantized_weights) {
+    // hpZ + qwZ: the secondary partitions travel quantized too (as DeepSpeed's).
+    status = ts.quantized
+                 .start(secondary_comm_, device_, nullptr, ts.secondary.data(), static_cast<size_t>(secondary_elems(t)),
+                        options_.working_dtype, &ts.pending)
+                 .with_context(Format("gathering '%s' in its hpZ group (zero_quantized_weights)", names_[t].c_str()));
+  } else if (!ts.secondary.empty()) {
     // hpZ: the group's secondary partitions make up the whole (padded) tensor.
     status = secondary_comm_->all_gather(ts.secondary.data(), ts.gathered.data(),
                                          static_cast<size_t>(secondary_elems(t)), options_.working_dtype, &ts.pending)

@@ -73,7 +73,8 @@ struct CoordinatorOptions {
   int64_t max_reuse_distance = 1000000000;
   int64_t persistence_threshold = 100000;
   // ZeRO++ qwZ (zero_quantized_weights): every gather sends int8 blocks with fp32 scales
-  // (quantized_gather.h) and dequantizes into the gathered copy; the shards are unchanged.
+  // (quantized_gather.h) and dequantizes into the gathered copy; the shards are unchanged. With
+  // hpZ, the gathers of the secondary partitions inside the group are quantized the same way.
   // The kernels follow the device (quant_device.h: CPU, or CUDA on the default stream).
   bool quantized_weights = false;
 };
