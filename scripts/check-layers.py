@@ -21,6 +21,7 @@ LAYERS = [
     "config",   # DeepSpeed JSON -> TrainConfig
     "monitor",  # DeepSpeed monitor events and the csv_monitor writer
     "optim",    # CPU optimizer kernels and the optimizer backends
+    "quant",    # block quantization kernels (ZeRO++ qwZ/qgZ): reuse optim's vector types and ISA choice
     "offload",  # pinned pools, NVMe swapping of states and parameters
     "zero",     # partitioning, gradient reduction, parameter gathering
     "engine",   # the training step

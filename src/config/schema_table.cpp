@@ -223,12 +223,9 @@ std::vector<KeySpec> build_schema_keys() {
   k.push_back(with(B(z + "round_robin_gradients", false), Support::Ignored,
                    "dsrt copies offloaded gradient partitions in its own order; the result is the same"));
   k.push_back(I(z + "zero_hpz_partition_size", 1, 0));
-  k.push_back(with(B(z + "zero_quantized_weights", false), Support::Unsupported,
-                   "ZeRO++ quantized weight communication (qwZ) is not implemented; set it to false"));
-  k.push_back(with(B(z + "zero_quantized_nontrainable_weights", false), Support::Unsupported,
-                   "ZeRO++ quantized non-trainable weights are not implemented; set it to false"));
-  k.push_back(with(B(z + "zero_quantized_gradients", false), Support::Unsupported,
-                   "ZeRO++ quantized gradient communication (qgZ) is not implemented; set it to false"));
+  k.push_back(B(z + "zero_quantized_weights", false));
+  k.push_back(B(z + "zero_quantized_nontrainable_weights", false));
+  k.push_back(B(z + "zero_quantized_gradients", false));
   k.push_back(with(I(z + "mics_shard_size", -1, -1), Support::Unsupported,
                    "MiCS sharding is not implemented; set it to -1"));
   k.push_back(with(B(z + "mics_hierarchical_params_gather", false), Support::Unsupported,

@@ -107,6 +107,11 @@ struct ZeroConfig {
   bool stage3_gather_16bit_weights_on_model_save = false;
   // ZeRO++ hpZ: ranks per secondary-partition group (1 or 0: off). Stage 3 only; 1 below it.
   int64_t zero_hpz_partition_size = 1;
+  // ZeRO++ (stage 3 only; DeepSpeed ignores them at other stages): int8 parameter all-gathers
+  // (qwZ), of frozen tensors only, and int4 gradient reduce-scatter (qgZ). docs/zero.md.
+  bool zero_quantized_weights = false;
+  bool zero_quantized_nontrainable_weights = false;
+  bool zero_quantized_gradients = false;
   OffloadConfig offload_optimizer;
   OffloadConfig offload_param;  // buffer_count defaults to 5 here
 };

@@ -337,6 +337,17 @@ Status Engine::build_impl() {
           .with_context("copying reduced gradients to host memory (offload_optimizer)");
     };
   }
+  const bool zeropp = config_.zero.zero_quantized_weights || config_.zero.zero_quantized_nontrainable_weights ||
+                      config_.zero.zero_quantized_gradients;
+  if (zeropp && part_.stage() != 3)
+    log_warn_once("zeropp-stage", Format("zero_optimization.zero_quantized_*: ZeRO++ quantized communication acts at "
+                                         "stage 3 only (as in DeepSpeed); stage %d ignores it", part_.stage()));
+  ro.quantized_gradients = part_.stage() == 3 && config_.zero.zero_quantized_gradients;
+  if (ro.quantized_gradients) {
+    // DeepSpeed's group per tensor shape; 1-D tensors (biases, norms) go unquantized.
+    for (const TensorInfo &t : tensors_)
+      ro.qgz_groups.push_back(qgz_group_for_shape(t.shape.data(), static_cast<int>(t.shape.size()), comm_->size()));
+  }
   DSRT_RETURN_IF_ERROR(reducer_.init(&part_, comm_.get(), device_.get(), backend_.get(), ro));
   reducer_.set_divide_by_accumulation(scale_wrt_gas_);
   reducer_.set_last_micro_step(boundary_override_);
@@ -350,6 +361,8 @@ Status Engine::build_impl() {
     co.max_live_elems = config_.zero.stage3_max_live_parameters;
     co.max_reuse_distance = config_.zero.stage3_max_reuse_distance;
     co.persistence_threshold = config_.zero.stage3_param_persistence_threshold;
+    co.quantized_weights = config_.zero.zero_quantized_weights;
+    co.quantized_nontrainable = config_.zero.zero_quantized_nontrainable_weights;
     std::vector<std::string> names;
     for (const TensorInfo &t : tensors_) names.push_back(t.name);
     coordinator_ = std::make_unique<ParamCoordinator>();

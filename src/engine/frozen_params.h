@@ -16,6 +16,11 @@
 // moves off the device into a FrozenShardStore (move_to_store: pinned host memory or a swap file,
 // beside the trainable shards), and the coordinator reads it from its shard source on gather.
 //
+// zero_quantized_nontrainable_weights (ZeRO++): the coordinator's gathers of the frozen entries send
+// each shard as int8 blocks with fp32 scales and dequantize on arrival (zero/quantized_gather.h);
+// the resident shards stay in the working dtype, and reads for checkpoints (read_fp32,
+// read_working) gather them exactly here.
+//
 // Values come in as fp32 (registration, write_fp32, checkpoint load) and are stored in the
 // working dtype; read_fp32 widens the working copy back (exact).
 #pragma once

@@ -84,19 +84,33 @@ Status ParamCoordinator::gather(size_t t, bool async) {
   }
   const char *send = nullptr;
   Status status;
-  if (!ts.secondary.empty()) {
+  const bool quantize = ts.frozen ? options_.quantized_nontrainable : options_.quantized_weights;
+  const char *key = ts.frozen ? "zero_quantized_nontrainable_weights" : "zero_quantized_weights";
+  if (!ts.secondary.empty() && quantize) {
+    // hpZ + qwZ: the secondary partitions travel quantized too (as DeepSpeed's).
+    status = ts.quantized
+                 .start(secondary_comm_, device_, nullptr, ts.secondary.data(), static_cast<size_t>(secondary_elems(t)),
+                        options_.working_dtype, &ts.pending)
+                 .with_context(Format("gathering '%s' in its hpZ group (%s)", names_[t].c_str(), key));
+  } else if (!ts.secondary.empty()) {
     // hpZ: the group's secondary partitions make up the whole (padded) tensor.
     status = secondary_comm_->all_gather(ts.secondary.data(), ts.gathered.data(),
                                          static_cast<size_t>(secondary_elems(t)), options_.working_dtype, &ts.pending)
                  .with_context(Format("gathering '%s' in its hpZ group", names_[t].c_str()));
   } else {
     status = shard_to_send(t, &send);
-    if (status.ok())
+    if (status.ok() && quantize && comm_->size() > 1) {
+      status = ts.quantized.start(comm_, device_, nullptr, send, static_cast<size_t>(s), options_.working_dtype,
+                                  &ts.pending)
+                   .with_context(Format("gathering '%s' (%s)", names_[t].c_str(), key));
+    } else if (status.ok()) {
       status = comm_->all_gather(send, ts.gathered.data(), static_cast<size_t>(s), options_.working_dtype, &ts.pending)
                    .with_context(Format("gathering '%s'", names_[t].c_str()));
+    }
   }
   if (!status.ok()) {
     // Nothing was gathered: a fresh copy must not be taken for the tensor by a later acquire.
+    ts.quantized.abandon();
     ts.staged.reset();
     if (fresh) free_gathered(t);
     gather_seconds_ += now_seconds() - start;
@@ -279,6 +293,14 @@ Status ParamCoordinator::wait_pending(size_t t) {
   in_flight_elems_ -= gathered_elems(t);
   Status status = handle->wait().with_context(Format("gathering '%s'", names_[t].c_str()));
   ts.staged.reset();
+  if (ts.quantized.active()) {
+    if (status.ok()) {
+      status = ts.quantized.finish(ts.gathered.data())
+                   .with_context(Format("dequantizing the gathered '%s' (zero_quantized_weights)", names_[t].c_str()));
+    } else {
+      ts.quantized.abandon();
+    }
+  }
   gather_seconds_ += now_seconds() - start;
   return status;
 }

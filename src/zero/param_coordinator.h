@@ -58,6 +58,7 @@
 #include "comm/comm.h"
 #include "device/device.h"
 #include "zero/partition.h"
+#include "zero/quantized_gather.h"
 #include "zero/shard_source.h"
 
 namespace dsrt {
@@ -92,6 +93,14 @@ struct CoordinatorOptions {
   int64_t max_live_elems = INT64_MAX;
   int64_t max_reuse_distance = INT64_MAX;
   int64_t persistence_threshold = 0;
+  // ZeRO++ qwZ (zero_quantized_weights): every gather of a trainable tensor sends int8 blocks with
+  // fp32 scales (quantized_gather.h) and dequantizes into the gathered copy; the shards are
+  // unchanged. With hpZ, the gathers of the secondary partitions inside the group are quantized
+  // the same way. quantized_nontrainable (zero_quantized_nontrainable_weights) does the same for
+  // the frozen entries. The kernels follow the device (quant_device.h: CPU, or CUDA on the default
+  // stream).
+  bool quantized_weights = false;
+  bool quantized_nontrainable = false;
 };
 
 class ParamCoordinator {
@@ -162,6 +171,7 @@ class ParamCoordinator {
   struct TensorState {
     DeviceBuffer gathered;  // shard_size * W elements; the first numel are the tensor
     CommHandle pending;     // an in-flight prefetch into gathered
+    QuantizedAllGather quantized;  // qwZ: the payloads of the gather in flight
     DeviceBuffer staged;    // the shard read from the source, sent by the gather (NVMe offload)
     DeviceBuffer secondary;  // hpZ: this rank's secondary partition (empty: none valid)
     Read read = Read::None;
