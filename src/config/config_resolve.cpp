@@ -211,9 +211,9 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
   i64(z.zero_hpz_partition_size, zp + "zero_hpz_partition_size");
   z.zero_hpz_partition_size = std::max<int64_t>(1, z.zero_hpz_partition_size);
   if (z.stage != 3) z.zero_hpz_partition_size = 1;
-  z.zero_quantized_weights = flag(zp + "zero_quantized_weights", false);
-  z.zero_quantized_nontrainable_weights = flag(zp + "zero_quantized_nontrainable_weights", false);
-  z.zero_quantized_gradients = flag(zp + "zero_quantized_gradients", false);
+  flag(z.zero_quantized_weights, zp + "zero_quantized_weights");
+  flag(z.zero_quantized_nontrainable_weights, zp + "zero_quantized_nontrainable_weights");
+  flag(z.zero_quantized_gradients, zp + "zero_quantized_gradients");
   for (OffloadConfig *offload : {&z.offload_optimizer, &z.offload_param}) {
     const bool is_param = offload == &z.offload_param;
     const std::string p = zp + (is_param ? "offload_param." : "offload_optimizer.");

@@ -87,8 +87,11 @@ TEST(OffloadRatio, MemoryPutsTheDeviceSubGroupsOnTheDevice) {
   EXPECT_EQ(zero.master_params[DSRT_LOC_HOST], 0u);
   EXPECT_EQ(zero.master_params[DSRT_LOC_DEVICE], static_cast<uint64_t>(part) * 4);
   EXPECT_EQ(zero.optimizer_states[DSRT_LOC_DEVICE], static_cast<uint64_t>(part) * 8);
-  // Nothing else moves: gradients and working copies as with ratio 1.
-  EXPECT_EQ(h.gradients[DSRT_LOC_HOST], one.gradients[DSRT_LOC_HOST]);
+  // Gradients: ratio 1 on the CPU device steps in place (no host copy); a split keeps the staged
+  // route, whose host half reads a host copy of the whole gradient partition.
+  EXPECT_EQ(one.gradients[DSRT_LOC_HOST], 0u);
+  EXPECT_EQ(h.gradients[DSRT_LOC_HOST], static_cast<uint64_t>(part) * 4);
+  // The working copies are as with ratio 1.
   EXPECT_EQ(h.working_params[DSRT_LOC_DEVICE], one.working_params[DSRT_LOC_DEVICE]);
   // The split is not exposed as one host array.
   EXPECT_EQ(half->master_partition(), nullptr);
