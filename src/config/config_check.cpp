@@ -113,9 +113,6 @@ void Config::check(std::vector<Problem> *errors) {
     if (optimizer_type() < 0)
       unsupported_.push_back("optimizer.type = \"" + name + "\": this optimizer is not implemented by dsrt; use one of " +
                              optimizer_list());
-    else if (name == "OneBitAdam")
-      unsupported_.push_back("optimizer.type = \"OneBitAdam\": 1-bit Adam's compressed communication is not "
-                             "implemented; use Adam or AdamW (the same update without compression)");
   }
   if (has_scheduler() && scheduler_type() < 0)
     unsupported_.push_back("scheduler.type = \"" + values_.at("scheduler.type").text +

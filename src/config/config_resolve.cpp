@@ -120,6 +120,7 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
     o.max_coeff = num(p + "max_coeff", o.max_coeff);
     o.min_coeff = num(p + "min_coeff", o.min_coeff);
     o.initial_accumulator_value = num(p + "initial_accumulator_value", o.initial_accumulator_value);
+    o.freeze_step = static_cast<int64_t>(num(p + "freeze_step", static_cast<double>(o.freeze_step)));
   }
 
   SchedulerConfig &s = t.scheduler;

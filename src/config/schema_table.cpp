@@ -321,8 +321,12 @@ std::vector<KeySpec> build_schema_keys() {
                                   "Adagrad lr_decay is not implemented; use a scheduler and set it to 0"),
                              kAdagrad));
   k.push_back(for_optimizers(I(p + "freeze_step", 100000, 0), kOneBitAdam));
-  k.push_back(for_optimizers(B(p + "cuda_aware", false), kOneBitAdam));
-  k.push_back(for_optimizers(C(p + "comm_backend_name", "nccl", {"nccl", "mpi", "hccl", "compressed"}),
+  k.push_back(for_optimizers(with(B(p + "cuda_aware", false), Support::Ignored,
+                                  "dsrt's 1-bit all-reduce runs on host buffers over the engine's communicator"),
+                             kOneBitAdam));
+  k.push_back(for_optimizers(with(C(p + "comm_backend_name", "nccl", {"nccl", "mpi", "hccl", "compressed"}),
+                                  Support::Ignored,
+                                  "dsrt's 1-bit all-reduce always runs over the engine's communicator"),
                              kOneBitAdam));
 
   // --- scheduler

@@ -33,6 +33,7 @@ struct OptimizerConfig {
   double max_coeff = 10.0;       // Lamb trust-ratio clamp
   double min_coeff = 0.01;
   double initial_accumulator_value = 0.0;  // Adagrad
+  int64_t freeze_step = 100000;  // OneBitAdam: steps of the uncompressed warm-up stage
 };
 
 struct SchedulerConfig {

@@ -75,9 +75,11 @@ Status Engine::create(const TrainConfig &config, std::shared_ptr<Comm> comm, std
     return Error(DSRT_ERR_CONFIG,
                  "optimizer.params.nesterov needs momentum > 0 and dampening 0 (momentum %g, dampening %g)",
                  config.optimizer.momentum, config.optimizer.dampening);
-  if (config.optimizer.type == OptimizerType::OneBitAdam)
-    return Error(DSRT_ERR_UNSUPPORTED,
-                 "optimizer.type OneBitAdam (1-bit compressed communication) is not implemented; use Adam or AdamW");
+  if (config.optimizer.type == OptimizerType::OneBitAdam && config.zero.stage != 0)
+    return Error(DSRT_ERR_CONFIG,
+                 "optimizer.type OneBitAdam needs zero_optimization.stage 0 (it is %d): DeepSpeed's 1-bit "
+                 "optimizers are not compatible with ZeRO; set the stage to 0 or use Adam/AdamW",
+                 config.zero.stage);
   if (config.zero.offload_param.device == OffloadDevice::Nvme) {
     if (config.zero.stage != 3)
       return Error(DSRT_ERR_CONFIG, "zero_optimization.offload_param needs stage 3 (stage is %d)", config.zero.stage);
@@ -383,6 +385,11 @@ Status Engine::build_impl() {
     };
   }
   DSRT_RETURN_IF_ERROR(reducer_.init(&part_, comm_.get(), device_.get(), backend_.get(), ro));
+  if (config_.optimizer.type == OptimizerType::OneBitAdam && device_->type() != DSRT_DEVICE_CPU)
+    return Error(DSRT_ERR_UNSUPPORTED,
+                 "optimizer.type OneBitAdam runs on the CPU device only in dsrt (its compression kernels are "
+                 "host loops); use the CPU device, or Adam/AdamW on the GPU");
+  DSRT_RETURN_IF_ERROR(onebit_build());
   reducer_.set_divide_by_accumulation(scale_wrt_gas_);
   reducer_.set_last_micro_step(boundary_override_);
 

@@ -50,6 +50,7 @@
 #include "optim/cpu_optimizer.h"
 #include "optim/optimizer_backend.h"
 #include "util/status.h"
+#include "zero/compressed_allreduce.h"
 #include "zero/grad_reducer.h"
 #include "zero/param_coordinator.h"
 #include "zero/partition.h"
@@ -188,6 +189,14 @@ class Engine {
     counters_ = counters;
     step_lrs_valid_ = false;  // a loaded engine has not run a boundary yet
   }
+  // 1-bit Adam: whether the next update runs in the compression stage (DeepSpeed's step count,
+  // applied_steps + 1, is past max(freeze_step, 2): its first step only initializes, and the
+  // check follows each warm-up update), and group g's compressed all-reduce (nullptr for another
+  // optimizer). onebit_reset_errors zeroes every worker and server error (after a load, as
+  // DeepSpeed's load_state_dict drops them).
+  bool onebit_compressing() const;
+  const CompressedAllReduce *onebit_reduce(size_t g) const { return g < onebit_.size() ? &onebit_[g].reduce : nullptr; }
+  void onebit_reset_errors();
   const LossScaler &loss_scaler() const { return scaler_; }
   LossScaler &mutable_loss_scaler() { return scaler_; }
   int64_t scheduler_iteration() const { return scheduler_->last_batch_iteration(); }
@@ -346,6 +355,17 @@ class Engine {
   int num_states_ = 0;
   DeviceBuffer working_;
   DeviceBuffer lamb_update_;
+  // 1-bit Adam (engine_onebit.cpp): per parameter group, its compressed all-reduce (the worker and
+  // server errors) and the group's momentum gathered into one vector, as DeepSpeed's fp16
+  // optimizer hands OnebitAdam one flat tensor per group.
+  struct OneBitGroup {
+    CompressedAllReduce reduce;
+    std::vector<float> momentum;
+  };
+  std::vector<OneBitGroup> onebit_;
+  Status onebit_build();
+  Status onebit_update(const std::vector<OptimizerSlice> &slices, const std::vector<std::vector<size_t>> &by_group,
+                       float grad_scale);
   DeviceBuffer gather_staging_;
   GradReducer reducer_;
   std::unique_ptr<ParamCoordinator> coordinator_;  // stage 3

@@ -1,0 +1,315 @@
+// dsrt-mpi-ranks: 1 2 4
+// 1-bit Adam against a float64 recomputation of DeepSpeed's algorithm (OnebitAdam.step and
+// NcclBackend.compressed_allreduce), every rank simulating every rank from seeds: the compressed
+// all-reduce alone (output and both error buffers over several calls), then the engine on a small
+// case (8 elements, freeze_step 2: one initialization step, one warm-up step, three compressed
+// steps); checkpoints restore every state bitwise and restart the errors at zero; ZeRO stages
+// above 0 are refused.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "../cpp/engine_test_util.h"
+#include "ckpt/ckpt.h"
+#include "mpi_test_main.h"
+#include "optim/onebit_adam.h"
+#include "zero/compressed_allreduce.h"
+
+namespace dsrt {
+namespace {
+
+std::shared_ptr<Comm> g_world;
+
+std::vector<double> gaussian(uint32_t seed, size_t n, double scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> dist(0.0, scale);
+  std::vector<double> out(n);
+  for (double &x : out) x = static_cast<float>(dist(rng));  // representable in fp32
+  return out;
+}
+
+// The float64 reference of the compressed all-reduce over all W ranks at once.
+struct RefCompressed {
+  int world = 1;
+  size_t n = 0, padded = 0, chunk = 0;
+  std::vector<std::vector<double>> worker_error, server_error;  // per rank
+
+  RefCompressed(int w, size_t count) : world(w), n(count) {
+    const size_t lcm = static_cast<size_t>(w) * 8 / std::gcd(static_cast<size_t>(w), size_t{8});
+    const size_t unit = static_cast<size_t>(w) * lcm;
+    padded = (n + unit - 1) / unit * unit;
+    chunk = padded / static_cast<size_t>(w);
+    worker_error.assign(static_cast<size_t>(w), std::vector<double>(padded, 0.0));
+    server_error.assign(static_cast<size_t>(w), std::vector<double>(chunk, 0.0));
+  }
+  static double sign(double x) { return x >= 0 ? 1.0 : -1.0; }
+  // inputs[r]: rank r's n values; returns the result every rank gets.
+  std::vector<double> run(const std::vector<std::vector<double>> &inputs) {
+    std::vector<std::vector<double>> y(static_cast<size_t>(world), std::vector<double>(padded, 0.0));
+    std::vector<double> worker_scale(static_cast<size_t>(world));
+    for (int r = 0; r < world; ++r) {
+      double sq = 0;
+      for (size_t i = 0; i < padded; ++i) {
+        y[r][i] = (i < n ? inputs[r][i] : 0.0) + worker_error[r][i];
+        sq += y[r][i] * y[r][i];
+      }
+      worker_scale[r] = std::sqrt(sq) / std::sqrt(static_cast<double>(padded));
+      for (size_t i = 0; i < padded; ++i) worker_error[r][i] = y[r][i] - worker_scale[r] * sign(y[r][i]);
+    }
+    std::vector<double> out(padded);
+    for (int s = 0; s < world; ++s) {  // server s reduces chunk s
+      std::vector<double> z(chunk, 0.0);
+      double sq = 0;
+      for (size_t j = 0; j < chunk; ++j) {
+        for (int r = 0; r < world; ++r) z[j] += sign(y[r][s * chunk + j]) * worker_scale[r] / world;
+        z[j] += server_error[s][j];
+        sq += z[j] * z[j];
+      }
+      const double server_scale = std::sqrt(sq) / std::sqrt(static_cast<double>(chunk));
+      for (size_t j = 0; j < chunk; ++j) {
+        server_error[s][j] = z[j] - server_scale * sign(z[j]);
+        out[s * chunk + j] = server_scale * sign(z[j]);
+      }
+    }
+    out.resize(n);
+    return out;
+  }
+};
+
+// Relative error; the denominator is at least floor_rms^2 per element (an error buffer can be all
+// roundoff, e.g. over a chunk of padding whose values are all equal).
+double rel(const float *got, const std::vector<double> &want, double floor_rms = 0.0) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / std::max({den, floor_rms * floor_rms * static_cast<double>(want.size()), 1e-300}));
+}
+
+TEST(OneBitAdam, CompressedAllReduceMatchesFloat64) {
+  const int world = g_world->size(), rank = g_world->rank();
+  for (size_t n : {size_t{37}, size_t{1000}}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    CompressedAllReduce reduce;
+    ASSERT_TRUE(reduce.init(g_world.get(), n).ok());
+    RefCompressed ref(world, n);
+    EXPECT_EQ(reduce.padded_size(), ref.padded);
+    for (int call = 0; call < 4; ++call) {
+      std::vector<std::vector<double>> inputs;
+      for (int r = 0; r < world; ++r) inputs.push_back(gaussian(1000u * call + 10u * r + static_cast<uint32_t>(n), n, 1.0));
+      std::vector<float> mine(inputs[rank].begin(), inputs[rank].end());
+      ASSERT_TRUE(reduce.run(mine.data()).ok());
+      if (world == 1) {  // DeepSpeed skips the call on one rank
+        EXPECT_EQ(rel(mine.data(), inputs[0]), 0.0);
+        continue;
+      }
+      const std::vector<double> want = ref.run(inputs);
+      EXPECT_LT(rel(mine.data(), want), 1e-5) << "call " << call;
+      EXPECT_LT(rel(reduce.worker_error(), ref.worker_error[rank], 1e-3), 1e-5) << "call " << call;
+      EXPECT_LT(rel(reduce.server_error(), ref.server_error[rank], 1e-3), 1e-5) << "call " << call;
+      // The result is the same on every rank, bit for bit.
+      std::vector<double> sums = {0, 0};
+      for (float x : mine) sums[0] += x;
+      sums[1] = -sums[0];
+      ASSERT_TRUE(g_world->all_reduce_f64(sums.data(), 2, ReduceOp::Max).ok());
+      EXPECT_EQ(sums[0], -sums[1]);
+    }
+    // Payload per call: N/8 bytes of signs (N/8 (W-1)/W worker, N/(8W) server) and two scales,
+    // against 4N (W-1)/W * 2 for a ring all-reduce of fp32.
+    if (world > 1) EXPECT_EQ(reduce.bytes_sent(), 4 * (ref.padded / 8 + 8));
+  }
+}
+
+// The engine case: tensors of 5 and 3 elements, freeze_step 2.
+const std::vector<int64_t> kSizes = {5, 3};
+constexpr int kFreeze = 2;
+
+TrainConfig onebit_config() {
+  TrainConfig c;
+  c.optimizer.present = true;
+  c.optimizer.type = OptimizerType::OneBitAdam;
+  c.optimizer.lr = 0.01;
+  c.optimizer.beta1 = 0.9;
+  c.optimizer.beta2 = 0.999;
+  c.optimizer.eps = 1e-8;
+  c.optimizer.weight_decay = 0.01;
+  c.optimizer.freeze_step = kFreeze;
+  c.steps_per_print = 0;
+  c.zero.stage = 0;
+  return c;
+}
+
+std::vector<double> init_values() { return gaussian(7, 8, 0.5); }
+// Rank r's gradient at boundary `step` (1-based), the 8 elements of both tensors.
+std::vector<double> grad_of(int step, int r) { return gaussian(5000u + 100u * step + r, 8, 1.0); }
+
+std::unique_ptr<Engine> make_engine(const TrainConfig &config) {
+  std::unique_ptr<Engine> e;
+  Status s = Engine::create(config, g_world, &e);
+  EXPECT_TRUE(s.ok()) << s.message();
+  if (!e) return e;
+  const std::vector<double> init = init_values();
+  int64_t at = 0;
+  for (size_t t = 0; t < kSizes.size(); ++t) {
+    std::vector<float> values(init.begin() + at, init.begin() + at + kSizes[t]);
+    s = e->add_param("w" + std::to_string(t), &kSizes[t], 1, values.data(), nullptr);
+    EXPECT_TRUE(s.ok()) << s.message();
+    at += kSizes[t];
+  }
+  s = e->build();
+  EXPECT_TRUE(s.ok()) << s.message();
+  return e;
+}
+
+void run_step(Engine &e, int step) {
+  const std::vector<double> g = grad_of(step, g_world->rank());
+  int64_t at = 0;
+  for (size_t t = 0; t < kSizes.size(); ++t) {
+    ASSERT_TRUE(testing_util::update_grad(e, t, [&](void *buffer, dsrt_dtype dtype) {
+                  for (int64_t i = 0; i < kSizes[t]; ++i) from_float(buffer, dtype, static_cast<size_t>(i), static_cast<float>(g[at + i]));
+                }).ok());
+    ASSERT_TRUE(e.grad_ready(t).ok());
+    at += kSizes[t];
+  }
+  dsrt_step_result result{};
+  result.struct_size = sizeof result;
+  Status s = e.step(&result);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_EQ(result.overflow, 0);
+}
+
+// The float64 reference of OnebitAdam over `steps` boundaries on all ranks.
+struct RefOneBit {
+  std::vector<double> p, m, v;
+  RefCompressed reduce;
+  explicit RefOneBit(int world) : p(init_values()), m(8, 0.0), v(8, 0.0), reduce(world, 8) {}
+  void step(int s, int world) {
+    const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.01;
+    if (s == 1) return;  // DeepSpeed's first step() only initializes
+    const bool compressed = s - 1 >= std::max(kFreeze, 2);
+    if (!compressed) {
+      std::vector<double> mean(8, 0.0);
+      for (int r = 0; r < world; ++r)
+        for (size_t i = 0; i < 8; ++i) mean[i] += grad_of(s, r)[i] / world;
+      for (size_t i = 0; i < 8; ++i) {
+        m[i] = b1 * m[i] + (1 - b1) * mean[i];
+        v[i] = b2 * v[i] + (1 - b2) * mean[i] * mean[i];
+      }
+    } else {
+      std::vector<std::vector<double>> local(static_cast<size_t>(world), std::vector<double>(8));
+      for (int r = 0; r < world; ++r)
+        for (size_t i = 0; i < 8; ++i) local[r][i] = b1 * m[i] + (1 - b1) * grad_of(s, r)[i];
+      m = world > 1 ? reduce.run(local) : local[0];
+    }
+    for (size_t i = 0; i < 8; ++i) p[i] -= lr * (m[i] / (std::sqrt(v[i]) + eps) + wd * p[i]);
+  }
+};
+
+TEST(OneBitAdam, EngineMatchesDeepSpeedAlgorithm) {
+  const int world = g_world->size(), rank = g_world->rank();
+  std::unique_ptr<Engine> e = make_engine(onebit_config());
+  ASSERT_TRUE(e);
+  RefOneBit ref(world);
+  const std::vector<double> init = init_values();
+  for (int s = 1; s <= kFreeze + 3; ++s) {
+    SCOPED_TRACE("step " + std::to_string(s));
+    EXPECT_EQ(e->onebit_compressing(), s - 1 >= std::max(kFreeze, 2));
+    run_step(*e, s);
+    ref.step(s, world);
+    std::vector<std::vector<float>> states;
+    ASSERT_TRUE(testing_util::read_partition_states(*e, &states).ok());
+    ASSERT_EQ(states.size(), 3u);
+    std::vector<float> p, m, v;
+    for (size_t t = 0; t < kSizes.size(); ++t) {
+      const int64_t off = e->partitioning().flat_layout().tensor_offset(t);
+      for (int64_t i = 0; i < kSizes[t]; ++i) {
+        p.push_back(states[0][off + i]);
+        m.push_back(states[1][off + i]);
+        v.push_back(states[2][off + i]);
+      }
+    }
+    if (s == 1) {
+      EXPECT_EQ(rel(p.data(), init), 0.0) << "the initialization step moved the parameters";
+      continue;
+    }
+    // fp32 arithmetic against float64 (1 - 0.999f alone differs from 0.001 by 1.3e-5 relative).
+    EXPECT_LT(rel(p.data(), ref.p), 2e-5);
+    EXPECT_LT(rel(m.data(), ref.m), 5e-5);
+    EXPECT_LT(rel(v.data(), ref.v), 5e-5);
+    if (world > 1 && s - 1 >= kFreeze) {
+      const CompressedAllReduce *reduce = e->onebit_reduce(0);
+      ASSERT_NE(reduce, nullptr);
+      // Momenta are ~0.1 here: errors below 1e-4 of that are roundoff.
+      EXPECT_LT(rel(reduce->worker_error(), ref.reduce.worker_error[rank], 1e-5), 5e-5);
+      EXPECT_LT(rel(reduce->server_error(), ref.reduce.server_error[rank], 1e-5), 5e-5);
+    }
+  }
+}
+
+std::string scratch_dir() {
+  std::string dir = "/tmp/dsrt_onebit_ckpt";
+  uint64_t pid = static_cast<uint64_t>(getpid());
+  EXPECT_TRUE(g_world->broadcast_bytes(&pid, sizeof pid, 0).ok());
+  return dir + "_" + std::to_string(pid);
+}
+
+TEST(OneBitAdam, CheckpointRestoresStatesAndRestartsErrors) {
+  const std::string dir = scratch_dir();
+  std::unique_ptr<Engine> a = make_engine(onebit_config());
+  ASSERT_TRUE(a);
+  for (int s = 1; s <= kFreeze + 2; ++s) run_step(*a, s);
+  ASSERT_TRUE(save_checkpoint(*a, dir, "t").ok());
+  std::unique_ptr<Engine> b = make_engine(onebit_config());
+  ASSERT_TRUE(b);
+  Status loaded = load_checkpoint(*b, dir, "t");
+  ASSERT_TRUE(loaded.ok()) << loaded.message();
+  std::vector<std::vector<float>> sa, sb;
+  ASSERT_TRUE(testing_util::read_partition_states(*a, &sa).ok());
+  ASSERT_TRUE(testing_util::read_partition_states(*b, &sb).ok());
+  ASSERT_EQ(sa.size(), sb.size());
+  for (size_t k = 0; k < sa.size(); ++k) EXPECT_EQ(sa[k], sb[k]) << "state " << k << " is not restored bitwise";
+  EXPECT_EQ(b->counters().applied_steps, a->counters().applied_steps);
+  EXPECT_TRUE(b->onebit_compressing());
+  if (g_world->size() > 1) {
+    const CompressedAllReduce *r = b->onebit_reduce(0);
+    ASSERT_NE(r, nullptr);
+    for (size_t i = 0; i < r->padded_size(); ++i) ASSERT_EQ(r->worker_error()[i], 0.0f);
+    for (size_t i = 0; i < r->chunk_size(); ++i) ASSERT_EQ(r->server_error()[i], 0.0f);
+  }
+  // Both go on; the resumed run equals the original one with its errors zeroed at the same point
+  // (bitwise, on any number of ranks).
+  a->onebit_reset_errors();
+  for (int s = kFreeze + 3; s <= kFreeze + 4; ++s) {
+    run_step(*a, s);
+    run_step(*b, s);
+  }
+  ASSERT_TRUE(testing_util::read_partition_states(*a, &sa).ok());
+  ASSERT_TRUE(testing_util::read_partition_states(*b, &sb).ok());
+  for (size_t k = 0; k < sa.size(); ++k) EXPECT_EQ(sa[k], sb[k]) << "state " << k << " after resuming";
+  ASSERT_TRUE(g_world->barrier().ok());
+  if (g_world->rank() == 0) (void)std::system(("rm -rf " + dir).c_str());
+}
+
+TEST(OneBitAdam, ZeroStagesAreRefused) {
+  for (int stage = 1; stage <= 3; ++stage) {
+    TrainConfig c = onebit_config();
+    c.zero.stage = stage;
+    std::unique_ptr<Engine> e;
+    Status s = Engine::create(c, g_world, &e);
+    EXPECT_EQ(s.code(), DSRT_ERR_CONFIG) << "stage " << stage;
+    EXPECT_NE(s.message().find("zero_optimization.stage 0"), std::string::npos) << s.message();
+  }
+}
+
+}  // namespace
+}  // namespace dsrt
+
+int main(int argc, char **argv) { return dsrt::run_mpi_gtests(argc, argv, "mpi_onebit_adam", &dsrt::g_world); }
