@@ -1,4 +1,4 @@
-// bench_comm -- bucketed reduce-scatter and all-gather throughput of dsrt's MPI communicator
+// bench_comm -- bucketed reduce-scatter, all-gather and all-to-all throughput of dsrt's MPI communicator
 // against MPI's own blocking collectives on the same bytes, in the same run.
 // Run under mpirun (see bench/run_comm.sh). Prints bus bandwidth, (N-1)/N * bytes / time.
 //
@@ -7,6 +7,8 @@
 // (the speed MPI moves and sums those bytes), and, for reference, the user-defined MPI op on
 // MPI_UINT16_T that hosts write (it rounds to bf16 after every pairwise combine).
 // all_gather: dsrt all_gather vs MPI_Allgather on the same bytes.
+// all_to_all: dsrt all_to_all vs MPI_Alltoall on the same bytes (bytes = each rank's whole send
+// buffer, a block of bytes/N to every rank).
 // gloo: the same collectives over dsrt's tcp communicator, which runs on Gloo's TCP transport
 // (what torchrun ranks on CPU hosts use), set up in the same processes, against the same MPI
 // figure: the gloo/MPI column is MPI's time over Gloo's on the same bytes.
@@ -178,6 +180,33 @@ int main(int argc, char **argv) {
       tcp_ratios.push_back(t_theirs / t_tcp);
       if (me == 0)
         std::printf("%-15s %-5s %9zu %10.2f %10.2f %7.2f %10.2f %9.2f\n", "all_gather", dsrt::dtype_name(dtype), bytes,
+                    bus / t_ours, bus / t_theirs, t_theirs / t_ours, bus / t_tcp, t_theirs / t_tcp);
+    }
+    for (dsrt_dtype dtype : {DSRT_F32, DSRT_BF16}) {
+      const size_t element = dsrt::dtype_size(dtype);
+      const size_t count = bytes / element / n;  // all-to-all: elements to each rank
+      const int block_bytes = static_cast<int>(count * element);
+      auto ours = [&] {
+        dsrt::CommHandle h;
+        dsrt::Status s = comm->all_to_all(send.data(), recv.data(), count, dtype, &h);
+        if (s.ok()) s = h->wait();
+        if (!s.ok()) fail("all_to_all", s);
+      };
+      auto theirs = [&] {
+        MPI_Alltoall(send.data(), block_bytes, MPI_BYTE, recv.data(), block_bytes, MPI_BYTE, MPI_COMM_WORLD);
+      };
+      auto over_tcp = [&] {
+        dsrt::CommHandle h;
+        dsrt::Status s = tcp->all_to_all(send.data(), recv.data(), count, dtype, &h);
+        if (s.ok()) s = h->wait();
+        if (!s.ok()) fail("all_to_all over TCP", s);
+      };
+      std::vector<double> best = best_times(reps, {ours, theirs, over_tcp});
+      double t_ours = best[0], t_theirs = best[1], t_tcp = best[2];
+      ratios.push_back(t_theirs / t_ours);
+      tcp_ratios.push_back(t_theirs / t_tcp);
+      if (me == 0)
+        std::printf("%-15s %-5s %9zu %10.2f %10.2f %7.2f %10.2f %9.2f\n", "all_to_all", dsrt::dtype_name(dtype), bytes,
                     bus / t_ours, bus / t_theirs, t_theirs / t_ours, bus / t_tcp, t_theirs / t_tcp);
     }
   }

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Reduce-scatter and all-gather throughput of dsrt's MPI communicator against MPI's own collectives
+# Reduce-scatter, all-gather and all-to-all throughput of dsrt's MPI communicator against MPI's own collectives
 # on the same bytes (bench/bench_comm.cpp). Usage: bench/run_comm.sh BUILD_DIR [RANKS] [MAX_MB]
 set -e
 build=${1:?usage: run_comm.sh BUILD_DIR [RANKS] [MAX_MB]}

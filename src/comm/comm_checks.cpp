@@ -203,6 +203,52 @@ Status check_broadcast_args(const Comm &comm, const void *buffer, size_t count, 
   return check_buffer("broadcast", "buffer", buffer, count);
 }
 
+Status check_all_gather_bytes_args(const Comm &comm, const void *send, const void *recv, size_t bytes_per_rank,
+                                   const CommHandle *handle) {
+  const char *operation = "all_gather_bytes";
+  if (handle == nullptr) return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: the handle out-parameter is NULL", operation);
+  const size_t total = bytes_per_rank * static_cast<size_t>(comm.size());
+  DSRT_RETURN_IF_ERROR(check_buffer(operation, "recv", recv, total));
+  DSRT_RETURN_IF_ERROR(check_buffer(operation, "send", send, bytes_per_rank));
+  const char *own = static_cast<const char *>(recv) + static_cast<size_t>(comm.rank()) * bytes_per_rank;
+  if (send != own && overlaps(recv, total, send, bytes_per_rank))
+    return Error(DSRT_ERR_INVALID_ARGUMENT,
+                 "%s: send overlaps recv other than at exactly this rank's own block (byte offset %zu); use separate "
+                 "buffers, or exactly that block for in place",
+                 operation, static_cast<size_t>(comm.rank()) * bytes_per_rank);
+  return Status::Ok();
+}
+
+static Status check_exchange(const char *operation, const Comm &comm, const void *send, const void *recv,
+                             size_t block_bytes) {
+  const size_t total = block_bytes * static_cast<size_t>(comm.size());
+  DSRT_RETURN_IF_ERROR(check_buffer(operation, "send", send, total));
+  DSRT_RETURN_IF_ERROR(check_buffer(operation, "recv", recv, total));
+  if (overlaps(send, total, recv, total))
+    return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: send and recv overlap; it has no in-place form, use separate buffers",
+                 operation);
+  return Status::Ok();
+}
+
+Status check_all_to_all_args(const Comm &comm, const void *send, const void *recv, size_t count, dsrt_dtype dtype,
+                             const CommHandle *handle) {
+  DSRT_RETURN_IF_ERROR(check_common("all_to_all", handle, dtype));
+  return check_exchange("all_to_all", comm, send, recv, count * dtype_size(dtype));
+}
+
+Status check_all_to_all_bytes_args(const Comm &comm, const void *send, const void *recv, size_t bytes_per_rank,
+                                   const CommHandle *handle) {
+  if (handle == nullptr)
+    return Error(DSRT_ERR_INVALID_ARGUMENT, "all_to_all_bytes: the handle out-parameter is NULL");
+  return check_exchange("all_to_all_bytes", comm, send, recv, bytes_per_rank);
+}
+
+Status check_split_args(int color, const std::shared_ptr<Comm> *out) {
+  (void)color;  // checked collectively (comm_split_plan), so that every rank fails alike
+  if (out == nullptr) return Error(DSRT_ERR_INVALID_ARGUMENT, "split: the out-parameter is NULL");
+  return Status::Ok();
+}
+
 Status check_control_args(const char *operation, const void *values, size_t count, ReduceOp op) {
   DSRT_RETURN_IF_ERROR(check_op(operation, op));
   DSRT_RETURN_IF_ERROR(check_buffer(operation, "values", values, count));

@@ -49,6 +49,13 @@ Status check_all_gather_args(const Comm &comm, const void *send, const void *rec
                              const CommHandle *handle);
 Status check_broadcast_args(const Comm &comm, const void *buffer, size_t count, dsrt_dtype dtype, int root,
                             const CommHandle *handle);
+Status check_all_gather_bytes_args(const Comm &comm, const void *send, const void *recv, size_t bytes_per_rank,
+                                   const CommHandle *handle);
+Status check_all_to_all_args(const Comm &comm, const void *send, const void *recv, size_t count, dsrt_dtype dtype,
+                             const CommHandle *handle);
+Status check_all_to_all_bytes_args(const Comm &comm, const void *send, const void *recv, size_t bytes_per_rank,
+                                   const CommHandle *handle);
+Status check_split_args(int color, const std::shared_ptr<Comm> *out);
 Status check_control_args(const char *operation, const void *values, size_t count, ReduceOp op);
 Status check_broadcast_bytes_args(const Comm &comm, const void *data, size_t bytes, int root);
 

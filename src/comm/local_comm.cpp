@@ -62,6 +62,35 @@ class LocalComm final : public Comm {
     return Status::Ok();
   }
 
+  Status all_gather_bytes(const void *send, void *recv, size_t bytes_per_rank, CommHandle *handle) override {
+    DSRT_RETURN_IF_ERROR(check_all_gather_bytes_args(*this, send, recv, bytes_per_rank, handle));
+    copy_unless_same(recv, send, bytes_per_rank);
+    *handle = completed_handle();
+    return Status::Ok();
+  }
+
+  Status all_to_all_bytes(const void *send, void *recv, size_t bytes_per_rank, CommHandle *handle) override {
+    DSRT_RETURN_IF_ERROR(check_all_to_all_bytes_args(*this, send, recv, bytes_per_rank, handle));
+    copy_unless_same(recv, send, bytes_per_rank);
+    *handle = completed_handle();
+    return Status::Ok();
+  }
+
+  Status all_to_all(const void *send, void *recv, size_t count, dsrt_dtype dtype, CommHandle *handle) override {
+    DSRT_RETURN_IF_ERROR(check_all_to_all_args(*this, send, recv, count, dtype, handle));
+    copy_unless_same(recv, send, count * dtype_size(dtype));
+    *handle = completed_handle();
+    return Status::Ok();
+  }
+
+  Status split(int color, int, std::shared_ptr<Comm> *out) override {
+    DSRT_RETURN_IF_ERROR(check_split_args(color, out));
+    if (color < 0)
+      return Error(DSRT_ERR_INVALID_ARGUMENT, "split: color %d is negative; colors must be >= 0", color);
+    *out = std::make_shared<LocalComm>();
+    return Status::Ok();
+  }
+
   Status all_reduce_f64(double *values, size_t count, ReduceOp op) override {
     return check_control_args("all_reduce_f64", values, count, op);
   }

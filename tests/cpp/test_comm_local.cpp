@@ -32,6 +32,42 @@ std::shared_ptr<Comm> local() {
   return comm;
 }
 
+// The byte and all-to-all collectives copy; split gives a world of one; bad arguments are named;
+// a world of one puts nothing on the wire.
+TEST(CommLocal, BytesAllToAllAndSplit) {
+  auto comm = local();
+  ASSERT_TRUE(comm);
+  auto send = random_bytes(77, DSRT_BF16, 5);
+  std::vector<uint8_t> recv(send.size(), 0);
+  CommHandle h;
+  ASSERT_TRUE(comm->all_gather_bytes(send.data(), recv.data(), 77 * 2, &h).ok());
+  ASSERT_TRUE(h->wait().ok());
+  EXPECT_EQ(0, std::memcmp(recv.data(), send.data(), 77 * 2));
+  std::fill(recv.begin(), recv.end(), 0);
+  ASSERT_TRUE(comm->all_to_all_bytes(send.data(), recv.data(), 31, &h).ok());
+  ASSERT_TRUE(h->wait().ok());
+  EXPECT_EQ(0, std::memcmp(recv.data(), send.data(), 31));
+  EXPECT_EQ(recv[31], 0);
+  std::fill(recv.begin(), recv.end(), 0);
+  ASSERT_TRUE(comm->all_to_all(send.data(), recv.data(), 77, DSRT_BF16, &h).ok());
+  ASSERT_TRUE(h->wait().ok());
+  EXPECT_EQ(0, std::memcmp(recv.data(), send.data(), 77 * 2));
+
+  Status overlap = comm->all_to_all(send.data(), send.data() + 2, 10, DSRT_F16, &h);
+  EXPECT_EQ(overlap.code(), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(overlap.message().find("overlap"), std::string::npos) << overlap.message();
+  EXPECT_EQ(comm->all_to_all_bytes(nullptr, recv.data(), 4, &h).code(), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(comm->all_gather_bytes(send.data(), recv.data(), 4, nullptr).code(), DSRT_ERR_INVALID_ARGUMENT);
+
+  std::shared_ptr<Comm> child;
+  ASSERT_TRUE(comm->split(3, 9, &child).ok());
+  ASSERT_TRUE(child);
+  EXPECT_EQ(child->size(), 1);
+  EXPECT_EQ(comm->split(-1, 0, &child).code(), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(comm->split(0, 0, nullptr).code(), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(comm->traffic().total(), 0u);
+}
+
 TEST(CommLocal, Identity) {
   auto comm = local();
   ASSERT_TRUE(comm);

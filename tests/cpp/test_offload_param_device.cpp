@@ -125,6 +125,16 @@ class CheckingComm final : public Comm {
     return inner_->broadcast_bytes(data, bytes, root);
   }
   Status barrier() override { return inner_->barrier(); }
+  Status all_gather_bytes(const void *s, void *r, size_t n, CommHandle *h) override {
+    return inner_->all_gather_bytes(s, r, n, h);
+  }
+  Status all_to_all_bytes(const void *s, void *r, size_t n, CommHandle *h) override {
+    return inner_->all_to_all_bytes(s, r, n, h);
+  }
+  Status all_to_all(const void *s, void *r, size_t n, dsrt_dtype d, CommHandle *h) override {
+    return inner_->all_to_all(s, r, n, d, h);
+  }
+  Status split(int color, int key, std::shared_ptr<Comm> *out) override { return inner_->split(color, key, out); }
 
   int gathers = 0, host_recvs = 0, device_sends = 0, pinned_sends = 0;
 

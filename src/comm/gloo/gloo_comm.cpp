@@ -1,14 +1,11 @@
 // defines: GlooComm (collectives as header-checked exchanges over Gloo's unbound buffers, on the
-// shared queue) and tcp_comm_create (the full mesh of gloo_mesh.h over the rendezvous store, a
-// token check on every pair, the ranks' agreement, and new attempts on fresh ports).
-#include "comm/gloo/gloo_comm.h"
+// shared queue; split into a fresh mesh per color) behind gloo_comm_make (gloo_comm_make.h).
+#include "comm/gloo/gloo_comm_make.h"
 
 #ifdef DSRT_HAVE_GLOO
 #include <gloo/common/error.h>
 #include <gloo/context.h>
 #include <gloo/transport/unbound_buffer.h>
-
-#include <signal.h>
 
 #include <algorithm>
 #include <array>
@@ -21,7 +18,9 @@
 #include <vector>
 
 #include "comm/comm_checks.h"
+#include "comm/comm_split.h"
 #include "comm/gloo/gloo_mesh.h"
+#include "comm/gloo/gloo_split.h"
 #include "comm/gloo/gloo_store.h"
 #include "comm/queued_comm.h"
 #include "comm/reduce_kernels.h"
@@ -57,8 +56,10 @@ struct Flow {
 
 class GlooComm final : public QueuedComm {
  public:
-  GlooComm(int rank, int size, std::shared_ptr<gloo::Context> context, double timeout_s)
-      : QueuedComm(rank, size, timeout_s, Wording{"hangs", " (tcp)"}), context_(std::move(context)) {
+  GlooComm(int rank, int size, std::shared_ptr<gloo::Context> context, double timeout_s, std::string host)
+      : QueuedComm(rank, size, timeout_s, Wording{"hangs", " (tcp)"}),
+        context_(std::move(context)),
+        host_(std::move(host)) {
     if (size > 1) start_worker();
   }
   ~GlooComm() override { stop_worker(); }
@@ -67,18 +68,20 @@ class GlooComm final : public QueuedComm {
 
   Status all_reduce(void *buffer, size_t count, dsrt_dtype dtype, ReduceOp op, CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_all_reduce_args(*this, buffer, count, dtype, op, handle));
+    count_all_reduce(count * dtype_size(dtype));
     std::string what = Format("all_reduce (%s, %zu elements, %s)", dtype_name(dtype), count, reduce_op_name(op));
     return submit(std::move(what), handle, [this, buffer, count, dtype, op] {
       BlockLayout layout = split_blocks(count, size_);
       char *own = static_cast<char *>(buffer) + layout.offset[rank_] * dtype_size(dtype);
       DSRT_RETURN_IF_ERROR(reduce_scatter_blocks(buffer, own, layout, dtype, op));
-      return all_gather_blocks(own, buffer, layout, dtype);
+      return all_gather_blocks(own, buffer, layout, dtype_size(dtype));
     });
   }
 
   Status reduce_scatter(const void *send, void *recv, size_t recv_count, dsrt_dtype dtype, ReduceOp op,
                         CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_reduce_scatter_args(*this, send, recv, recv_count, dtype, op, handle));
+    count_reduce_scatter(recv_count * dtype_size(dtype) * size(), recv_count * dtype_size(dtype));
     std::string what = Format("reduce_scatter (%s, %zu elements per rank, %s)", dtype_name(dtype), recv_count,
                               reduce_op_name(op));
     return submit(std::move(what), handle, [this, send, recv, recv_count, dtype, op] {
@@ -90,6 +93,7 @@ class GlooComm final : public QueuedComm {
                           CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_reduce_scatter_v_args(*this, send, recv, recv_counts, dtype, op, handle));
     BlockLayout layout = blocks_from_counts(recv_counts, size_);
+    count_reduce_scatter(layout.total * dtype_size(dtype), layout.count[rank_] * dtype_size(dtype));
     std::string what = Format("reduce_scatter_v (%s, %zu elements in all, %zu here, %s)", dtype_name(dtype),
                               layout.total, layout.count[rank_], reduce_op_name(op));
     return submit(std::move(what), handle, [this, send, recv, layout, dtype, op] {
@@ -99,9 +103,10 @@ class GlooComm final : public QueuedComm {
 
   Status all_gather(const void *send, void *recv, size_t count, dsrt_dtype dtype, CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_all_gather_args(*this, send, recv, count, dtype, handle));
+    count_all_gather(count * dtype_size(dtype));
     std::string what = Format("all_gather (%s, %zu elements per rank)", dtype_name(dtype), count);
     return submit(std::move(what), handle, [this, send, recv, count, dtype] {
-      return all_gather_blocks(send, recv, equal_blocks(count, size_), dtype);
+      return all_gather_blocks(send, recv, equal_blocks(count, size_), dtype_size(dtype));
     });
   }
 
@@ -109,31 +114,100 @@ class GlooComm final : public QueuedComm {
                       CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_all_gather_v_args(*this, send, recv, counts, dtype, handle));
     BlockLayout layout = blocks_from_counts(counts, size_);
+    count_all_gather(layout.count[rank_] * dtype_size(dtype));
     std::string what = Format("all_gather_v (%s, %zu elements in all, %zu here)", dtype_name(dtype), layout.total,
                               layout.count[rank_]);
     return submit(std::move(what), handle,
-                  [this, send, recv, layout, dtype] { return all_gather_blocks(send, recv, layout, dtype); });
+                  [this, send, recv, layout, dtype] { return all_gather_blocks(send, recv, layout, dtype_size(dtype)); });
   }
 
   Status broadcast(void *buffer, size_t count, dsrt_dtype dtype, int root, CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_broadcast_args(*this, buffer, count, dtype, root, handle));
+    count_broadcast(count * dtype_size(dtype), root);
     std::string what = Format("broadcast (%s, %zu elements, root %d)", dtype_name(dtype), count, root);
     size_t bytes = count * dtype_size(dtype);
     return submit(std::move(what), handle, [this, buffer, bytes, root] { return broadcast_raw(buffer, bytes, root); });
   }
 
+  Status all_gather_bytes(const void *send, void *recv, size_t bytes_per_rank, CommHandle *handle) override {
+    DSRT_RETURN_IF_ERROR(check_all_gather_bytes_args(*this, send, recv, bytes_per_rank, handle));
+    count_all_gather(bytes_per_rank);
+    std::string what = Format("all_gather_bytes (%zu bytes per rank)", bytes_per_rank);
+    return submit(std::move(what), handle, [this, send, recv, bytes_per_rank] {
+      return all_gather_blocks(send, recv, equal_blocks(bytes_per_rank, size_), 1);
+    });
+  }
+
+  Status all_to_all_bytes(const void *send, void *recv, size_t bytes_per_rank, CommHandle *handle) override {
+    DSRT_RETURN_IF_ERROR(check_all_to_all_bytes_args(*this, send, recv, bytes_per_rank, handle));
+    count_all_to_all(bytes_per_rank);
+    std::string what = Format("all_to_all_bytes (%zu bytes per rank)", bytes_per_rank);
+    return submit(std::move(what), handle,
+                  [this, send, recv, bytes_per_rank] { return all_to_all_blocks(send, recv, bytes_per_rank); });
+  }
+
+  Status all_to_all(const void *send, void *recv, size_t count, dsrt_dtype dtype, CommHandle *handle) override {
+    DSRT_RETURN_IF_ERROR(check_all_to_all_args(*this, send, recv, count, dtype, handle));
+    const size_t block = count * dtype_size(dtype);
+    count_all_to_all(block);
+    std::string what = Format("all_to_all (%s, %zu elements per rank)", dtype_name(dtype), count);
+    return submit(std::move(what), handle, [this, send, recv, block] { return all_to_all_blocks(send, recv, block); });
+  }
+
+  // A new Gloo context among the ranks of this color (gloo_split.h), its pairs checked with a token
+  // every rank agrees on, and the outcome agreed over this communicator.
+  Status split(int color, int key, std::shared_ptr<Comm> *out) override {
+    DSRT_RETURN_IF_ERROR(check_split_args(color, out));
+    *out = nullptr;
+    SplitPlan plan;
+    DSRT_RETURN_IF_ERROR(comm_split_plan(*this, color, key, &plan));
+    uint64_t token = 0;
+    if (size_ > 1) {
+      std::random_device device;
+      token = (uint64_t{device()} << 32) ^ device();
+      DSRT_RETURN_IF_ERROR(all_reduce_u64(&token, 1, ReduceOp::Max));
+    }
+    const double timeout = comm_timeout_seconds(timeout_s());
+    std::shared_ptr<gloo::Context> context;
+    Status status = size_ > 1 ? gloo_split_mesh(*this, host_, plan, Format("split%llu/%d/",
+                                                static_cast<unsigned long long>(splits_), color), timeout, &context)
+                              : Status::Ok();
+    ++splits_;
+    std::shared_ptr<GlooComm> comm;
+    if (status.ok()) {
+      try {
+        comm = std::make_shared<GlooComm>(plan.rank, plan.size(), context, timeout_s(), host_);
+        if (plan.size() > 1) status = comm->check_pairs(token, timeout);
+      } catch (const std::exception &e) {
+        status = Error(DSRT_ERR_COMM, "split: %s", e.what());
+      }
+    }
+    uint64_t failed = status.ok() ? 0 : 1;
+    DSRT_RETURN_IF_ERROR(all_reduce_u64(&failed, 1, ReduceOp::Max));
+    if (!status.ok()) return status.with_context(Format("split (color %d) on rank %d", color, rank_));
+    if (failed != 0)
+      return Error(DSRT_ERR_COMM, "split (color %d): another rank could not join its new communicator; see its own "
+                   "error", color);
+    comm->set_step(step());
+    *out = std::move(comm);
+    return Status::Ok();
+  }
+
   Status all_reduce_f64(double *values, size_t count, ReduceOp op) override {
     DSRT_RETURN_IF_ERROR(check_control_args("all_reduce_f64", values, count, op));
+    count_all_reduce(count * sizeof(double));
     return run_blocking(Format("all_reduce_f64 (%zu values, %s)", count, reduce_op_name(op)),
                         [this, values, count, op] { return control_reduce(values, count, op); });
   }
   Status all_reduce_u64(uint64_t *values, size_t count, ReduceOp op) override {
     DSRT_RETURN_IF_ERROR(check_control_args("all_reduce_u64", values, count, op));
+    count_all_reduce(count * sizeof(uint64_t));
     return run_blocking(Format("all_reduce_u64 (%zu values, %s)", count, reduce_op_name(op)),
                         [this, values, count, op] { return control_reduce(values, count, op); });
   }
   Status broadcast_bytes(void *data, size_t bytes, int root) override {
     DSRT_RETURN_IF_ERROR(check_broadcast_bytes_args(*this, data, bytes, root));
+    count_broadcast(bytes, root);
     return run_blocking(Format("broadcast_bytes (%zu bytes, root %d)", bytes, root),
                         [this, data, bytes, root] { return broadcast_raw(data, bytes, root); });
   }
@@ -319,8 +393,7 @@ class GlooComm final : public QueuedComm {
     return Status::Ok();
   }
 
-  Status all_gather_blocks(const void *send, void *recv, const BlockLayout &layout, dsrt_dtype dtype) {
-    const size_t element = dtype_size(dtype);
+  Status all_gather_blocks(const void *send, void *recv, const BlockLayout &layout, size_t element) {
     char *dest = static_cast<char *>(recv);
     char *own_dest = dest + layout.offset[rank_] * element;
     const char *own = static_cast<const char *>(send);
@@ -332,6 +405,22 @@ class GlooComm final : public QueuedComm {
     }
     DSRT_RETURN_IF_ERROR(exchange(flows));
     if (own != own_dest && layout.count[rank_] > 0) std::memmove(own_dest, own, layout.count[rank_] * element);
+    return Status::Ok();
+  }
+
+  // Block p of send to rank p, block p of recv from rank p, all at once.
+  Status all_to_all_blocks(const void *send, void *recv, size_t block) {
+    const char *source = static_cast<const char *>(send);
+    char *dest = static_cast<char *>(recv);
+    std::vector<Flow> flows(size_);
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      const size_t at = static_cast<size_t>(p) * block;
+      flows[p] = Flow{source + at, block, dest + at, block};
+    }
+    DSRT_RETURN_IF_ERROR(exchange(flows));
+    const size_t own = static_cast<size_t>(rank_) * block;
+    if (block > 0) std::memcpy(dest + own, source + own, block);
     return Status::Ok();
   }
 
@@ -375,6 +464,8 @@ class GlooComm final : public QueuedComm {
   static bool is_nan(uint64_t) { return false; }
 
   std::shared_ptr<gloo::Context> context_;  // null in a world of one
+  const std::string host_;                   // the address peers reach this rank at (for split)
+  uint64_t splits_ = 0;                      // splits made so far (fresh store keys for each)
   // Used only by the op being executed.
   uint64_t sequence_ = 0;
   Clock::time_point deadline_;
@@ -384,101 +475,17 @@ class GlooComm final : public QueuedComm {
   std::vector<float> accumulator_;  // fp32 image of a 16-bit block
 };
 
-// Gloo's TCP transport writes with writev, which raises SIGPIPE when the peer has gone: a rank
-// dying mid-collective would kill its peers by signal instead of failing their collective with
-// DSRT_ERR_COMM naming it. As gRPC does, ignore SIGPIPE process-wide, but only where the host left it
-// at its default (a host that installed a handler keeps it; Python already ignores it).
-void ignore_sigpipe_where_default() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    struct sigaction current {};
-    if (sigaction(SIGPIPE, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) return;
-    struct sigaction ignore {};
-    ignore.sa_handler = SIG_IGN;
-    sigemptyset(&ignore.sa_mask);
-    if (sigaction(SIGPIPE, &ignore, nullptr) != 0)
-      logf(DSRT_LOG_WARN, "could not ignore SIGPIPE: a peer that dies mid-collective may end this process");
-  });
-}
-
 }  // namespace
 
-Status tcp_comm_create(const RendezvousOptions &rendezvous, int rank, int world, std::shared_ptr<Comm> *out,
-                       const TcpCommOptions &options) {
-  if (out == nullptr) return Error(DSRT_ERR_INVALID_ARGUMENT, "tcp_comm_create: out is NULL");
-  if (world < 1 || rank < 0 || rank >= world)
-    return Error(DSRT_ERR_INVALID_ARGUMENT, "tcp_comm_create: rank %d is not in 0..%d", rank, world - 1);
-  const double timeout_s = options.timeout_s > 0 ? options.timeout_s : comm_timeout_seconds_from_env();
-  ignore_sigpipe_where_default();
-  if (world == 1) {
-    *out = std::make_shared<GlooComm>(0, 1, nullptr, timeout_s);
-    return Status::Ok();
-  }
-  std::string host;
-  DSRT_RETURN_IF_ERROR(tcp_local_address(rendezvous.host, &host));
-  uint64_t token = 0;
-  if (rank == 0) {
-    std::random_device device;
-    token = (uint64_t{device()} << 32) ^ device() ^ static_cast<uint64_t>(Clock::now().time_since_epoch().count());
-  }
-  // Debian's Gloo listens once per pair and takes the first connection it gets, so a stranger on a
-  // pair's port takes the peer's place. Such an attempt fails (the token check, or a connect that
-  // times out) on some rank; the ranks agree on every attempt through the store and retry on
-  // fresh ports, which only the ranks learn.
-  constexpr int kAttempts = 3;
-  const double attempt_s = std::min(rendezvous.timeout_s, 15.0);
-  RendezvousStore store(rendezvous, rank, world, token, [&](const std::string &key, const std::vector<char> &value) {
-    if (key == "a0/" + std::to_string(rank) && options.on_listening)
-      options.on_listening(gloo_listening_port(value, world));
-  });
-  Status last;
-  for (int attempt = 0; attempt < kAttempts; ++attempt) {
-    std::shared_ptr<GlooComm> comm;
-    Status status;
-    try {
-      auto context = gloo_connect_full_mesh(store, host, rank, world, attempt_s, Format("a%d/", attempt));
-      comm = std::make_shared<GlooComm>(rank, world, context, timeout_s);
-      status = comm->check_pairs(store.token(), attempt_s);
-    } catch (const std::exception &e) {
-      if (!store.error().ok()) return store.error().with_context(Format("rank %d of %d", rank, world));
-      status = Error(DSRT_ERR_COMM, "Gloo could not connect the ranks (this host's address %s, from DSRT_TCP_ADDR or "
-                     "the route toward MASTER_ADDR): %s", host.c_str(), e.what());
-    }
-    if (!status.ok()) comm.reset();
-    std::vector<std::string> verdicts;
-    try {
-      store.set(Format("ok%d/%d", attempt, rank), std::vector<char>{status.ok() ? '1' : '0'});
-      for (int p = 0; p < world; ++p) verdicts.push_back(Format("ok%d/%d", attempt, p));
-      store.wait(verdicts);
-    } catch (const std::exception &) {
-      return store.error().with_context(Format("rank %d of %d", rank, world));
-    }
-    int failed = -1;
-    for (int p = 0; p < world && failed < 0; ++p)
-      if (store.get(verdicts[p]) != std::vector<char>{'1'}) failed = p;
-    if (failed < 0) {
-      DSRT_RETURN_IF_ERROR(store.finish().with_context(Format("rank %d of %d", rank, world)));
-      log_set_rank(rank);
-      *out = std::move(comm);
-      return Status::Ok();
-    }
-    last = status.ok() ? Error(DSRT_ERR_COMM, "rank %d could not connect to its peers; see its own error", failed)
-                       : status;
-    logf(DSRT_LOG_WARN, "rank %d of %d: forming the tcp communicator's mesh failed (attempt %d of %d: %s)%s", rank,
-         world, attempt + 1, kAttempts, last.message().c_str(), attempt + 1 < kAttempts ? "; retrying on new ports" : "");
-  }
-  return last.with_context(Format("joining the tcp communicator (Gloo) as rank %d of %d", rank, world));
+std::shared_ptr<Comm> gloo_comm_make(int rank, int size, std::shared_ptr<gloo::Context> context, double timeout_s,
+                                     std::string host) {
+  return std::make_shared<GlooComm>(rank, size, std::move(context), timeout_s, std::move(host));
+}
+
+Status gloo_comm_check_pairs(Comm &comm, uint64_t token, double timeout_s) {
+  return static_cast<GlooComm &>(comm).check_pairs(token, timeout_s);
 }
 
 }  // namespace dsrt
 
-#else  // no Gloo in this build
-
-namespace dsrt {
-Status tcp_comm_create(const RendezvousOptions &, int, int world, std::shared_ptr<Comm> *, const TcpCommOptions &) {
-  return Error(DSRT_ERR_UNSUPPORTED,
-               "the tcp communicator (for %d ranks without MPI and without GPUs) needs Gloo, and this build of dsrt "
-               "has none: install libgloo-dev (make deps) and rebuild, or launch with mpirun", world);
-}
-}  // namespace dsrt
-#endif
+#endif  // DSRT_HAVE_GLOO

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "comm/comm_checks.h"
+#include "comm/comm_split.h"
 #include "comm/queued_comm.h"
 #include "comm/mpi/mpi_exchange.h"
 #include "comm/mpi/mpi_runtime.h"
@@ -62,19 +63,21 @@ class MpiComm final : public QueuedComm {
 
   Status all_reduce(void *buffer, size_t count, dsrt_dtype dtype, ReduceOp op, CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_all_reduce_args(*this, buffer, count, dtype, op, handle));
+    count_all_reduce(count * dtype_size(dtype));
     std::string what = Format("all_reduce (%s, %zu elements, %s)", dtype_name(dtype), count, reduce_op_name(op));
     return submit(std::move(what), handle, [this, buffer, count, dtype, op, &ctx = ctx_] {
       if (count * sizeof(float) <= kSmallAllReduceBytes) return small_all_reduce(ctx, buffer, count, dtype, op);
       BlockLayout layout = split_blocks(count, size_);
       char *own = static_cast<char *>(buffer) + layout.offset[rank_] * dtype_size(dtype);
       DSRT_RETURN_IF_ERROR(exchange_reduce_scatter(ctx, buffer, own, layout, dtype, op));
-      return exchange_all_gather(ctx, own, buffer, layout, dtype);
+      return exchange_all_gather(ctx, own, buffer, layout, dtype_size(dtype));
     });
   }
 
   Status reduce_scatter(const void *send, void *recv, size_t recv_count, dsrt_dtype dtype, ReduceOp op,
                         CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_reduce_scatter_args(*this, send, recv, recv_count, dtype, op, handle));
+    count_reduce_scatter(recv_count * dtype_size(dtype) * size(), recv_count * dtype_size(dtype));
     std::string what = Format("reduce_scatter (%s, %zu elements per rank, %s)", dtype_name(dtype), recv_count,
                               reduce_op_name(op));
     return submit(std::move(what), handle, [this, send, recv, recv_count, dtype, op, &ctx = ctx_] {
@@ -86,6 +89,7 @@ class MpiComm final : public QueuedComm {
                           CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_reduce_scatter_v_args(*this, send, recv, recv_counts, dtype, op, handle));
     BlockLayout layout = blocks_from_counts(recv_counts, size_);
+    count_reduce_scatter(layout.total * dtype_size(dtype), layout.count[rank_] * dtype_size(dtype));
     std::string what = Format("reduce_scatter_v (%s, %zu elements in all, %zu here, %s)", dtype_name(dtype),
                               layout.total, layout.count[rank_], reduce_op_name(op));
     return submit(std::move(what), handle, [send, recv, layout, dtype, op, &ctx = ctx_] {
@@ -97,31 +101,90 @@ class MpiComm final : public QueuedComm {
                       CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_all_gather_v_args(*this, send, recv, counts, dtype, handle));
     BlockLayout layout = blocks_from_counts(counts, size_);
+    count_all_gather(layout.count[rank_] * dtype_size(dtype));
     std::string what = Format("all_gather_v (%s, %zu elements in all, %zu here)", dtype_name(dtype), layout.total,
                               layout.count[rank_]);
     return submit(std::move(what), handle, [send, recv, layout, dtype, &ctx = ctx_] {
-      return exchange_all_gather(ctx, send, recv, layout, dtype);
+      return exchange_all_gather(ctx, send, recv, layout, dtype_size(dtype));
     });
   }
 
   Status all_gather(const void *send, void *recv, size_t count, dsrt_dtype dtype, CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_all_gather_args(*this, send, recv, count, dtype, handle));
+    count_all_gather(count * dtype_size(dtype));
     std::string what = Format("all_gather (%s, %zu elements per rank)", dtype_name(dtype), count);
     return submit(std::move(what), handle, [this, send, recv, count, dtype, &ctx = ctx_] {
-      return exchange_all_gather(ctx, send, recv, equal_blocks(count, size_), dtype);
+      return exchange_all_gather(ctx, send, recv, equal_blocks(count, size_), dtype_size(dtype));
     });
   }
 
   Status broadcast(void *buffer, size_t count, dsrt_dtype dtype, int root, CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_broadcast_args(*this, buffer, count, dtype, root, handle));
+    count_broadcast(count * dtype_size(dtype), root);
     std::string what = Format("broadcast (%s, %zu elements, root %d)", dtype_name(dtype), count, root);
     size_t bytes = count * dtype_size(dtype);
     return submit(std::move(what), handle,
                   [buffer, bytes, root, &ctx = ctx_] { return broadcast_pieces(ctx, buffer, bytes, root); });
   }
 
+  Status all_gather_bytes(const void *send, void *recv, size_t bytes_per_rank, CommHandle *handle) override {
+    DSRT_RETURN_IF_ERROR(check_all_gather_bytes_args(*this, send, recv, bytes_per_rank, handle));
+    count_all_gather(bytes_per_rank);
+    std::string what = Format("all_gather_bytes (%zu bytes per rank)", bytes_per_rank);
+    return submit(std::move(what), handle, [this, send, recv, bytes_per_rank, &ctx = ctx_] {
+      return exchange_all_gather(ctx, send, recv, equal_blocks(bytes_per_rank, size_), 1);
+    });
+  }
+
+  Status all_to_all_bytes(const void *send, void *recv, size_t bytes_per_rank, CommHandle *handle) override {
+    DSRT_RETURN_IF_ERROR(check_all_to_all_bytes_args(*this, send, recv, bytes_per_rank, handle));
+    count_all_to_all(bytes_per_rank);
+    std::string what = Format("all_to_all_bytes (%zu bytes per rank)", bytes_per_rank);
+    return submit(std::move(what), handle, [send, recv, bytes_per_rank, &ctx = ctx_] {
+      return exchange_all_to_all(ctx, send, recv, bytes_per_rank);
+    });
+  }
+
+  Status all_to_all(const void *send, void *recv, size_t count, dsrt_dtype dtype, CommHandle *handle) override {
+    DSRT_RETURN_IF_ERROR(check_all_to_all_args(*this, send, recv, count, dtype, handle));
+    const size_t block = count * dtype_size(dtype);
+    count_all_to_all(block);
+    std::string what = Format("all_to_all (%s, %zu elements per rank)", dtype_name(dtype), count);
+    return submit(std::move(what), handle,
+                  [send, recv, block, &ctx = ctx_] { return exchange_all_to_all(ctx, send, recv, block); });
+  }
+
+  // The colors are exchanged (and checked) on the polled path first, so every rank is known to be
+  // here before the blocking MPI_Comm_split; the split itself runs in this communicator's order.
+  Status split(int color, int key, std::shared_ptr<Comm> *out) override {
+    DSRT_RETURN_IF_ERROR(check_split_args(color, out));
+    *out = nullptr;
+    SplitPlan plan;
+    DSRT_RETURN_IF_ERROR(comm_split_plan(*this, color, key, &plan));
+    MPI_Comm child = MPI_COMM_NULL;
+    DSRT_RETURN_IF_ERROR(run_blocking(Format("split (color %d, key %d)", color, key), [&plan, &child, &ctx = ctx_] {
+      MpiCallLock lock;
+      DSRT_RETURN_IF_ERROR(mpi_check(MPI_Comm_split(ctx.comm, plan.color, plan.rank, &child), "MPI_Comm_split"));
+      return mpi_check(MPI_Comm_set_errhandler(child, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    }));
+    int rank = -1, size = 0;
+    {
+      MpiCallLock lock;
+      DSRT_RETURN_IF_ERROR(mpi_check(MPI_Comm_rank(child, &rank), "MPI_Comm_rank"));
+      DSRT_RETURN_IF_ERROR(mpi_check(MPI_Comm_size(child, &size), "MPI_Comm_size"));
+    }
+    if (rank != plan.rank || size != plan.size())
+      return Error(DSRT_ERR_INTERNAL, "split: MPI made rank %d of %d where the colors say rank %d of %d", rank, size,
+                   plan.rank, plan.size());
+    auto comm = std::make_shared<MpiComm>(runtime_, child, rank, size);
+    comm->set_step(step());
+    *out = std::move(comm);
+    return Status::Ok();
+  }
+
   Status all_reduce_f64(double *values, size_t count, ReduceOp op) override {
     DSRT_RETURN_IF_ERROR(check_control_args("all_reduce_f64", values, count, op));
+    count_all_reduce(count * sizeof(double));
     std::string what = Format("all_reduce_f64 (%zu values, %s)", count, reduce_op_name(op));
     return run_blocking(std::move(what), [this, values, count, op, &ctx = ctx_] {
       return mpi_all_reduce(ctx, values, count, MPI_DOUBLE, float_op(op), "MPI_Iallreduce (f64)");
@@ -130,6 +193,7 @@ class MpiComm final : public QueuedComm {
 
   Status all_reduce_u64(uint64_t *values, size_t count, ReduceOp op) override {
     DSRT_RETURN_IF_ERROR(check_control_args("all_reduce_u64", values, count, op));
+    count_all_reduce(count * sizeof(uint64_t));
     std::string what = Format("all_reduce_u64 (%zu values, %s)", count, reduce_op_name(op));
     MPI_Op mpi_op = op == ReduceOp::Sum ? MPI_SUM : op == ReduceOp::Max ? MPI_MAX : MPI_MIN;
     return run_blocking(std::move(what), [values, count, mpi_op, &ctx = ctx_] {
@@ -139,6 +203,7 @@ class MpiComm final : public QueuedComm {
 
   Status broadcast_bytes(void *data, size_t bytes, int root) override {
     DSRT_RETURN_IF_ERROR(check_broadcast_bytes_args(*this, data, bytes, root));
+    count_broadcast(bytes, root);
     std::string what = Format("broadcast_bytes (%zu bytes, root %d)", bytes, root);
     return run_blocking(std::move(what),
                         [data, bytes, root, &ctx = ctx_] { return broadcast_pieces(ctx, data, bytes, root); });

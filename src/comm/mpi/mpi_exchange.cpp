@@ -215,8 +215,7 @@ Status exchange_reduce_scatter(ExchangeContext &ctx, const void *send, void *rec
 }
 
 Status exchange_all_gather(ExchangeContext &ctx, const void *send, void *recv, const BlockLayout &layout,
-                           dsrt_dtype dtype) {
-  const size_t element = dtype_size(dtype);
+                           size_t element) {
   const int n = ctx.size, me = ctx.rank;
   char *dest = static_cast<char *>(recv);
   char *own_dest = dest + layout.offset[me] * element;
@@ -252,6 +251,34 @@ Status exchange_all_gather(ExchangeContext &ctx, const void *send, void *recv, c
     }
   }
   // Peers read this rank's block from send; the local copy overlaps their reads.
+  return run_exchange(ctx, sends, recvs, false, window, [](const Piece &) {}, copy_own);
+}
+
+Status exchange_all_to_all(ExchangeContext &ctx, const void *send, void *recv, size_t block_bytes) {
+  const int n = ctx.size, me = ctx.rank;
+  const char *source = static_cast<const char *>(send);
+  char *dest = static_cast<char *>(recv);
+  auto copy_own = [&] {
+    if (block_bytes > 0) std::memcpy(dest + static_cast<size_t>(me) * block_bytes,
+                                     source + static_cast<size_t>(me) * block_bytes, block_bytes);
+  };
+  if (n == 1 || block_bytes == 0) {
+    copy_own();
+    return Status::Ok();
+  }
+  const size_t window = static_cast<size_t>(std::max(2, ctx.window));
+  std::vector<Piece> sends, recvs;
+  const size_t chunks = chunk_count(block_bytes, kGatherPieceBytes);
+  for (size_t c = 0; c < chunks; ++c) {
+    const size_t first = c * kGatherPieceBytes, bytes = std::min(kGatherPieceBytes, block_bytes - first);
+    for (int k = 1; k < n; ++k) {
+      int to = (me + k) % n, from = (me - k + n) % n;
+      sends.push_back({to, const_cast<char *>(source) + static_cast<size_t>(to) * block_bytes + first, bytes,
+                       chunk_tag(c), c, bytes, k});
+      recvs.push_back({from, dest + static_cast<size_t>(from) * block_bytes + first, bytes, chunk_tag(c), c, bytes,
+                       k});
+    }
+  }
   return run_exchange(ctx, sends, recvs, false, window, [](const Piece &) {}, copy_own);
 }
 

@@ -37,9 +37,13 @@ struct ExchangeContext {
 // recv may be exactly send + offset[rank] (in place).
 Status exchange_reduce_scatter(ExchangeContext &ctx, const void *send, void *recv, const BlockLayout &layout,
                                dsrt_dtype dtype, ReduceOp op);
-// recv block r = rank r's send. send may be exactly recv + offset[rank] (in place).
+// recv block r = rank r's send (layout in elements of element bytes). send may be exactly
+// recv + offset[rank] (in place).
 Status exchange_all_gather(ExchangeContext &ctx, const void *send, void *recv, const BlockLayout &layout,
-                           dsrt_dtype dtype);
+                           size_t element);
+// Block r of send (block_bytes each) goes to rank r; block r of recv comes from rank r. Pairwise:
+// at distance k every rank sends to rank+k and receives from rank-k. send and recv do not overlap.
+Status exchange_all_to_all(ExchangeContext &ctx, const void *send, void *recv, size_t block_bytes);
 // Polls one request (a non-blocking MPI collective) until it completes or the deadline passes.
 Status poll_request(ExchangeContext &ctx, MPI_Request *request, const char *call);
 

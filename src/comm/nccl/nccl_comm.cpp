@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "comm/comm_checks.h"
+#include "comm/comm_split.h"
 #include "cuda/comm_reduce.h"
 #include "util/half.h"
 #include "util/log.h"
@@ -222,6 +223,56 @@ class NcclRequest final : public CommRequest {
   Status result_;
 };
 
+// The device side of a communicator: its streams, ordering event and scratch pool on device.
+Status make_shared_state(int device, std::shared_ptr<Shared> *out) {
+  auto shared = std::make_shared<Shared>();
+  shared->device = device;
+  const std::string where = Format("NCCL communicator on cuda:%d", device);
+  DSRT_CUDA_OK(cudaSetDevice(device), where);
+  DSRT_CUDA_OK(cudaStreamCreateWithFlags(&shared->stream, cudaStreamNonBlocking), where);
+  DSRT_CUDA_OK(cudaStreamCreateWithFlags(&shared->copy_stream, cudaStreamNonBlocking), where);
+  DSRT_CUDA_OK(cudaEventCreateWithFlags(&shared->ready, cudaEventDisableTiming), where);
+  cudaMemPoolProps props = {};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device;
+  DSRT_CUDA_OK(cudaMemPoolCreate(&shared->pool, &props), where + ": scratch memory pool");
+  uint64_t keep = UINT64_MAX;  // keep freed scratch for the next collective
+  DSRT_CUDA_OK(cudaMemPoolSetAttribute(shared->pool, cudaMemPoolAttrReleaseThreshold, &keep), where);
+  *out = std::move(shared);
+  return Status::Ok();
+}
+
+// Polls a non-blocking communicator being created (init or split) until it is ready; aborts it on
+// failure or after timeout_s.
+Status wait_created(ncclComm_t comm, const std::string &where, double timeout_s) {
+  ncclResult_t rc = ncclInProgress;
+  Clock::time_point until = deadline_after(timeout_s);
+  while (comm != nullptr) {
+    if (ncclCommGetAsyncError(comm, &rc) != ncclSuccess) rc = ncclInternalError;
+    if (rc != ncclInProgress) break;
+    if (Clock::now() >= until) {
+      ncclCommAbort(comm);
+      return Error(DSRT_ERR_COMM, "%s: creating the NCCL communicator did not complete within %g s: a rank did not "
+                                  "join (still starting, died, or got another id), or the ranks cannot reach each "
+                                  "other (NCCL_SOCKET_IFNAME, NCCL_DEBUG=INFO tells more)",
+                   where.c_str(), timeout_s);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (comm == nullptr) return Error(DSRT_ERR_COMM, "%s: NCCL returned no communicator", where.c_str());
+  if (rc != ncclSuccess) {
+    std::string detail = ncclGetLastError(comm);
+    ncclCommAbort(comm);
+    return Error(DSRT_ERR_COMM, "%s: creating the NCCL communicator failed: %s (%s)%s", where.c_str(),
+                 ncclGetErrorString(rc), detail.c_str(),
+                 rc == ncclInvalidUsage ? "; two ranks on one GPU are refused by NCCL: give each rank its own GPU or "
+                                          "use DSRT_COMM=staged under mpirun"
+                                        : "");
+  }
+  return Status::Ok();
+}
+
 using Body = std::function<Status(const std::vector<Arg> &, const std::string &, Clock::time_point)>;
 
 class NcclComm final : public Comm, public DeviceOrderedComm {
@@ -240,6 +291,7 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
 
   Status all_reduce(void *buffer, size_t count, dsrt_dtype dtype, ReduceOp op, CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_all_reduce_args(*this, buffer, count, dtype, op, handle));
+    count_all_reduce(count * dtype_size(dtype));
     const size_t e = dtype_size(dtype);
     std::string what = Format("all_reduce (%s, %zu elements, %s)", dtype_name(dtype), count, reduce_op_name(op));
     return issue(std::move(what), handle, {{buffer, count * e, true, true}},
@@ -258,6 +310,7 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
   Status reduce_scatter(const void *send, void *recv, size_t recv_count, dsrt_dtype dtype, ReduceOp op,
                         CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_reduce_scatter_args(*this, send, recv, recv_count, dtype, op, handle));
+    count_reduce_scatter(recv_count * dtype_size(dtype) * size(), recv_count * dtype_size(dtype));
     const size_t e = dtype_size(dtype), n = static_cast<size_t>(s_->size);
     std::string what = Format("reduce_scatter (%s, %zu elements per rank, %s)", dtype_name(dtype), recv_count,
                               reduce_op_name(op));
@@ -276,6 +329,7 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
                           CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_reduce_scatter_v_args(*this, send, recv, recv_counts, dtype, op, handle));
     BlockLayout layout = blocks_from_counts(recv_counts, s_->size);
+    count_reduce_scatter(layout.total * dtype_size(dtype), layout.count[s_->rank] * dtype_size(dtype));
     const size_t e = dtype_size(dtype);
     std::string what = Format("reduce_scatter_v (%s, %zu elements in all, %zu here, %s)", dtype_name(dtype),
                               layout.total, layout.count[s_->rank], reduce_op_name(op));
@@ -304,6 +358,7 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
 
   Status all_gather(const void *send, void *recv, size_t count, dsrt_dtype dtype, CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_all_gather_args(*this, send, recv, count, dtype, handle));
+    count_all_gather(count * dtype_size(dtype));
     const size_t bytes = count * dtype_size(dtype), n = static_cast<size_t>(s_->size);
     std::string what = Format("all_gather (%s, %zu elements per rank)", dtype_name(dtype), count);
     // In place when send is recv's own block; NCCL accepts exactly that aliasing.
@@ -322,6 +377,7 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
                       CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_all_gather_v_args(*this, send, recv, counts, dtype, handle));
     BlockLayout layout = blocks_from_counts(counts, s_->size);
+    count_all_gather(layout.count[s_->rank] * dtype_size(dtype));
     const size_t e = dtype_size(dtype);
     std::string what = Format("all_gather_v (%s, %zu elements in all, %zu here)", dtype_name(dtype), layout.total,
                               layout.count[s_->rank]);
@@ -339,6 +395,7 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
 
   Status broadcast(void *buffer, size_t count, dsrt_dtype dtype, int root, CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_broadcast_args(*this, buffer, count, dtype, root, handle));
+    count_broadcast(count * dtype_size(dtype), root);
     const size_t bytes = count * dtype_size(dtype);
     std::string what = Format("broadcast (%s, %zu elements, root %d)", dtype_name(dtype), count, root);
     return issue(std::move(what), handle, {{buffer, bytes, root == s_->rank, true}},
@@ -349,9 +406,86 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
                  });
   }
 
+  Status all_gather_bytes(const void *send, void *recv, size_t bytes_per_rank, CommHandle *handle) override {
+    DSRT_RETURN_IF_ERROR(check_all_gather_bytes_args(*this, send, recv, bytes_per_rank, handle));
+    count_all_gather(bytes_per_rank);
+    const size_t n = static_cast<size_t>(s_->size), own = static_cast<size_t>(s_->rank) * bytes_per_rank;
+    std::string what = Format("all_gather_bytes (%zu bytes per rank)", bytes_per_rank);
+    const bool in_place = static_cast<const char *>(send) == static_cast<char *>(recv) + own;
+    std::vector<Arg> args{{recv, bytes_per_rank * n, in_place, true}};
+    if (!in_place) args.push_back({const_cast<void *>(send), bytes_per_rank, true, false});
+    return issue(std::move(what), handle, std::move(args),
+                 [=](const std::vector<Arg> &a, const std::string &w, Clock::time_point until) {
+                   const void *from = in_place ? static_cast<char *>(a[0].dev) + own : a[1].dev;
+                   return s_->nccl_locked(
+                       ncclAllGather(from, a[0].dev, bytes_per_rank, ncclUint8, s_->comm, s_->stream),
+                       "ncclAllGather (bytes)", w, until);
+                 });
+  }
+
+  Status all_to_all_bytes(const void *send, void *recv, size_t bytes_per_rank, CommHandle *handle) override {
+    DSRT_RETURN_IF_ERROR(check_all_to_all_bytes_args(*this, send, recv, bytes_per_rank, handle));
+    count_all_to_all(bytes_per_rank);
+    return exchange_blocks(Format("all_to_all_bytes (%zu bytes per rank)", bytes_per_rank), send, recv,
+                           bytes_per_rank, handle);
+  }
+
+  Status all_to_all(const void *send, void *recv, size_t count, dsrt_dtype dtype, CommHandle *handle) override {
+    DSRT_RETURN_IF_ERROR(check_all_to_all_args(*this, send, recv, count, dtype, handle));
+    const size_t block = count * dtype_size(dtype);
+    count_all_to_all(block);
+    return exchange_blocks(Format("all_to_all (%s, %zu elements per rank)", dtype_name(dtype), count), send, recv,
+                           block, handle);
+  }
+
+  // ncclCommSplit on this communicator's NCCL communicator (non-blocking, polled under the
+  // timeout); the colors are exchanged and checked first so that every rank fails alike on a bad
+  // one. The child gets its own streams and scratch pool on the same device.
+  Status split(int color, int key, std::shared_ptr<Comm> *out) override {
+    DSRT_RETURN_IF_ERROR(check_split_args(color, out));
+    *out = nullptr;
+    SplitPlan plan;
+    DSRT_RETURN_IF_ERROR(comm_split_plan(*this, color, key, &plan));
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+    std::shared_ptr<Shared> child;
+    DSRT_RETURN_IF_ERROR(make_shared_state(s_->device, &child));
+    child->timeout_s = s_->timeout_s;
+    const std::string w = s_->where(Format("split (color %d, key %d)", color, key), step());
+    Clock::time_point until = deadline_after(s_->timeout_s);
+    ncclComm_t comm = nullptr;
+    {
+      std::lock_guard<std::mutex> guard(s_->mutex);
+      if (s_->broken) return s_->broken_error(w);
+      DSRT_CUDA_OK(cudaSetDevice(s_->device), w);
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      // In progress on the parent until the child exists: nccl_locked waits that out.
+      DSRT_RETURN_IF_ERROR(s_->nccl_locked(ncclCommSplit(s_->comm, plan.color, key, &comm, &config), "ncclCommSplit",
+                                           w, until));
+    }
+    DSRT_RETURN_IF_ERROR(wait_created(comm, w, s_->timeout_s));
+    child->comm = comm;
+    child->rank = plan.rank;
+    child->size = plan.size();
+    int nccl_rank = -1, nccl_size = 0;
+    if (ncclCommUserRank(comm, &nccl_rank) != ncclSuccess || ncclCommCount(comm, &nccl_size) != ncclSuccess ||
+        nccl_rank != plan.rank || nccl_size != plan.size())
+      return Error(DSRT_ERR_INTERNAL, "%s: NCCL made rank %d of %d where the colors say rank %d of %d", w.c_str(),
+                   nccl_rank, nccl_size, plan.rank, plan.size());
+    auto made = std::make_shared<NcclComm>(std::move(child));
+    made->set_step(step());
+    *out = std::move(made);
+    return Status::Ok();
+#else
+    return Error(DSRT_ERR_UNSUPPORTED, "split needs ncclCommSplit (NCCL 2.18 or newer); this build has NCCL %d.%d: "
+                 "rebuild against a newer NCCL", NCCL_MAJOR, NCCL_MINOR);
+#endif
+  }
+
   // Control values: host memory staged through the device, blocking.
   Status all_reduce_f64(double *values, size_t count, ReduceOp op) override {
     DSRT_RETURN_IF_ERROR(check_control_args("all_reduce_f64", values, count, op));
+    count_all_reduce(count * sizeof(double));
     // NCCL's max/min (fmax/fmin) drop NaN: a NaN flag travels alongside and is put back.
     std::vector<uint64_t> nan_flags(count, 0);
     for (size_t i = 0; i < count; ++i) nan_flags[i] = std::isnan(values[i]) ? 1 : 0;
@@ -376,6 +510,7 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
 
   Status all_reduce_u64(uint64_t *values, size_t count, ReduceOp op) override {
     DSRT_RETURN_IF_ERROR(check_control_args("all_reduce_u64", values, count, op));
+    count_all_reduce(count * sizeof(uint64_t));
     std::string what = Format("all_reduce_u64 (%zu values, %s)", count, reduce_op_name(op));
     return blocking(std::move(what), {{values, count * 8, true, true}},
                     [=](const std::vector<Arg> &a, const std::string &w, Clock::time_point until) {
@@ -387,6 +522,7 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
 
   Status broadcast_bytes(void *data, size_t bytes, int root) override {
     DSRT_RETURN_IF_ERROR(check_broadcast_bytes_args(*this, data, bytes, root));
+    count_broadcast(bytes, root);
     std::string what = Format("broadcast_bytes (%zu bytes, root %d)", bytes, root);
     return blocking(std::move(what), {{data, bytes, root == s_->rank, true}},
                     [=](const std::vector<Arg> &a, const std::string &w, Clock::time_point until) {
@@ -461,6 +597,35 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
       }
     }
     return s_->nccl_locked(ncclGroupEnd(), "ncclGroupEnd (block gather)", w, until);
+  }
+
+  // All-to-all of block bytes per rank: grouped ncclSend/ncclRecv with every peer, this rank's own
+  // block copied on the device.
+  Status exchange_blocks(std::string what, const void *send, void *recv, size_t block, CommHandle *handle) {
+    const size_t n = static_cast<size_t>(s_->size), me = static_cast<size_t>(s_->rank);
+    return issue(std::move(what), handle,
+                 {{const_cast<void *>(send), block * n, true, false}, {recv, block * n, false, true}},
+                 [=](const std::vector<Arg> &a, const std::string &w, Clock::time_point until) {
+                   const char *from = static_cast<const char *>(a[0].dev);
+                   char *to = static_cast<char *>(a[1].dev);
+                   if (block == 0) return Status::Ok();
+                   DSRT_CUDA_OK(cudaMemcpyAsync(to + me * block, from + me * block, block, cudaMemcpyDeviceToDevice,
+                                                s_->stream), w + ": this rank's own block");
+                   if (n == 1) return Status::Ok();
+                   DSRT_RETURN_IF_ERROR(s_->nccl_locked(ncclGroupStart(), "ncclGroupStart", w, until));
+                   for (size_t p = 0; p < n; ++p) {
+                     if (p == me) continue;
+                     ncclResult_t rc = ncclSend(from + p * block, block, ncclUint8, static_cast<int>(p), s_->comm,
+                                                s_->stream);
+                     if (rc == ncclSuccess || rc == ncclInProgress)
+                       rc = ncclRecv(to + p * block, block, ncclUint8, static_cast<int>(p), s_->comm, s_->stream);
+                     if (rc != ncclSuccess && rc != ncclInProgress) {
+                       ncclGroupEnd();
+                       return s_->nccl_locked(rc, "ncclSend/ncclRecv (all_to_all)", w, until);
+                     }
+                   }
+                   return s_->nccl_locked(ncclGroupEnd(), "ncclGroupEnd (all_to_all)", w, until);
+                 });
   }
 
   // Enqueues one collective: ordered after the compute stream, host buffers staged in, body, a
@@ -564,44 +729,19 @@ Status nccl_comm_create(const void *id, int rank, int world_size, int device, st
   }
   if (device < 0 || device >= visible)
     return Error(DSRT_ERR_DEVICE, "NCCL rank %d: CUDA device %d does not exist (%d visible)", rank, device, visible);
-  auto shared = std::make_shared<Shared>();
+  std::shared_ptr<Shared> shared;
+  DSRT_RETURN_IF_ERROR(make_shared_state(device, &shared));
   shared->rank = rank;
   shared->size = world_size;
-  shared->device = device;
   shared->timeout_s = comm_timeout_seconds_from_env();
   const std::string where = Format("NCCL rank %d of %d on cuda:%d", rank, world_size, device);
-  DSRT_CUDA_OK(cudaSetDevice(device), where);
-  DSRT_CUDA_OK(cudaStreamCreateWithFlags(&shared->stream, cudaStreamNonBlocking), where);
-  DSRT_CUDA_OK(cudaStreamCreateWithFlags(&shared->copy_stream, cudaStreamNonBlocking), where);
-  DSRT_CUDA_OK(cudaEventCreateWithFlags(&shared->ready, cudaEventDisableTiming), where);
-  cudaMemPoolProps props = {};
-  props.allocType = cudaMemAllocationTypePinned;
-  props.location.type = cudaMemLocationTypeDevice;
-  props.location.id = device;
-  DSRT_CUDA_OK(cudaMemPoolCreate(&shared->pool, &props), where + ": scratch memory pool");
-  uint64_t keep = UINT64_MAX;  // keep freed scratch for the next collective
-  DSRT_CUDA_OK(cudaMemPoolSetAttribute(shared->pool, cudaMemPoolAttrReleaseThreshold, &keep), where);
-
   ncclUniqueId uid;
   std::memcpy(&uid, id, sizeof uid);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // creation returns at once and is polled, so a missing rank times out
   ncclComm_t comm = nullptr;
   ncclResult_t rc = ncclCommInitRankConfig(&comm, world_size, uid, rank, &config);
-  Clock::time_point until = deadline_after(shared->timeout_s);
-  while (rc == ncclInProgress && comm != nullptr) {
-    if (ncclCommGetAsyncError(comm, &rc) != ncclSuccess) rc = ncclInternalError;
-    if (rc != ncclInProgress) break;
-    if (Clock::now() >= until) {
-      ncclCommAbort(comm);
-      return Error(DSRT_ERR_COMM, "%s: creating the NCCL communicator did not complete within %g s: a rank did not "
-                                  "join (still starting, died, or got another id), or the ranks cannot reach each "
-                                  "other (NCCL_SOCKET_IFNAME, NCCL_DEBUG=INFO tells more)",
-                   where.c_str(), shared->timeout_s);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  if (rc != ncclSuccess) {
+  if (rc != ncclSuccess && rc != ncclInProgress) {
     std::string detail = comm != nullptr ? ncclGetLastError(comm) : ncclGetLastError(nullptr);
     if (comm != nullptr) ncclCommAbort(comm);
     return Error(DSRT_ERR_COMM, "%s: ncclCommInitRankConfig failed: %s (%s)%s", where.c_str(), ncclGetErrorString(rc),
@@ -610,6 +750,7 @@ Status nccl_comm_create(const void *id, int rank, int world_size, int device, st
                                           "use DSRT_COMM=staged under mpirun"
                                         : "");
   }
+  DSRT_RETURN_IF_ERROR(wait_created(comm, where, shared->timeout_s));
   shared->comm = comm;
   log_set_rank(rank);
   *out = std::make_shared<NcclComm>(std::move(shared));

@@ -139,6 +139,7 @@ class StagedComm final : public Comm, public DeviceOrderedComm {
 
   Status all_reduce(void *buffer, size_t count, dsrt_dtype dtype, ReduceOp op, CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_all_reduce_args(*this, buffer, count, dtype, op, handle));
+    count_all_reduce(count * dtype_size(dtype));
     const size_t bytes = count * dtype_size(dtype);
     return stage("all_reduce", bytes, handle,
                  [=](char *host) { return staging_->to_host(host, buffer, bytes, what("all_reduce", "in")); },
@@ -149,6 +150,7 @@ class StagedComm final : public Comm, public DeviceOrderedComm {
   Status reduce_scatter(const void *send, void *recv, size_t recv_count, dsrt_dtype dtype, ReduceOp op,
                         CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_reduce_scatter_args(*this, send, recv, recv_count, dtype, op, handle));
+    count_reduce_scatter(recv_count * dtype_size(dtype) * size(), recv_count * dtype_size(dtype));
     const size_t block = recv_count * dtype_size(dtype), own = static_cast<size_t>(rank()) * block;
     const size_t bytes = block * static_cast<size_t>(size());
     return stage("reduce_scatter", bytes, handle,
@@ -163,6 +165,7 @@ class StagedComm final : public Comm, public DeviceOrderedComm {
                           CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_reduce_scatter_v_args(*this, send, recv, recv_counts, dtype, op, handle));
     BlockLayout layout = blocks_from_counts(recv_counts, size());
+    count_reduce_scatter(layout.total * dtype_size(dtype), layout.count[rank()] * dtype_size(dtype));
     const size_t element = dtype_size(dtype), bytes = layout.total * element;
     const size_t own = layout.offset[rank()] * element, own_bytes = layout.count[rank()] * element;
     std::vector<size_t> counts(recv_counts, recv_counts + size());
@@ -178,6 +181,7 @@ class StagedComm final : public Comm, public DeviceOrderedComm {
 
   Status all_gather(const void *send, void *recv, size_t count, dsrt_dtype dtype, CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_all_gather_args(*this, send, recv, count, dtype, handle));
+    count_all_gather(count * dtype_size(dtype));
     const size_t block = count * dtype_size(dtype), own = static_cast<size_t>(rank()) * block;
     const size_t bytes = block * static_cast<size_t>(size());
     return stage("all_gather", bytes, handle,
@@ -190,6 +194,7 @@ class StagedComm final : public Comm, public DeviceOrderedComm {
                       CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_all_gather_v_args(*this, send, recv, counts, dtype, handle));
     BlockLayout layout = blocks_from_counts(counts, size());
+    count_all_gather(layout.count[rank()] * dtype_size(dtype));
     const size_t element = dtype_size(dtype), bytes = layout.total * element;
     const size_t own = layout.offset[rank()] * element, own_bytes = layout.count[rank()] * element;
     std::vector<size_t> all_counts(counts, counts + size());
@@ -203,6 +208,7 @@ class StagedComm final : public Comm, public DeviceOrderedComm {
 
   Status broadcast(void *buffer, size_t count, dsrt_dtype dtype, int root, CommHandle *handle) override {
     DSRT_RETURN_IF_ERROR(check_broadcast_args(*this, buffer, count, dtype, root, handle));
+    count_broadcast(count * dtype_size(dtype), root);
     const size_t bytes = count * dtype_size(dtype);
     const bool is_root = root == rank();
     return stage("broadcast", bytes, handle,
@@ -215,16 +221,65 @@ class StagedComm final : public Comm, public DeviceOrderedComm {
                  });
   }
 
+  Status all_gather_bytes(const void *send, void *recv, size_t bytes_per_rank, CommHandle *handle) override {
+    DSRT_RETURN_IF_ERROR(check_all_gather_bytes_args(*this, send, recv, bytes_per_rank, handle));
+    count_all_gather(bytes_per_rank);
+    const size_t own = static_cast<size_t>(rank()) * bytes_per_rank;
+    const size_t bytes = bytes_per_rank * static_cast<size_t>(size());
+    return stage("all_gather_bytes", bytes, handle,
+                 [=](char *host) {
+                   return staging_->to_host(host + own, send, bytes_per_rank, what("all_gather_bytes", "in"));
+                 },
+                 [=](char *host, CommHandle *inner) {
+                   return inner_->all_gather_bytes(host + own, host, bytes_per_rank, inner);
+                 },
+                 [=](char *host) { return staging_->to_device(recv, host, bytes, what("all_gather_bytes", "out")); });
+  }
+
+  Status all_to_all_bytes(const void *send, void *recv, size_t bytes_per_rank, CommHandle *handle) override {
+    DSRT_RETURN_IF_ERROR(check_all_to_all_bytes_args(*this, send, recv, bytes_per_rank, handle));
+    count_all_to_all(bytes_per_rank);
+    return stage_exchange("all_to_all_bytes", send, recv, bytes_per_rank, handle,
+                          [=](char *in, char *out, CommHandle *inner) {
+                            return inner_->all_to_all_bytes(in, out, bytes_per_rank, inner);
+                          });
+  }
+
+  Status all_to_all(const void *send, void *recv, size_t count, dsrt_dtype dtype, CommHandle *handle) override {
+    DSRT_RETURN_IF_ERROR(check_all_to_all_args(*this, send, recv, count, dtype, handle));
+    count_all_to_all(count * dtype_size(dtype));
+    return stage_exchange("all_to_all", send, recv, count * dtype_size(dtype), handle,
+                          [=](char *in, char *out, CommHandle *inner) {
+                            return inner_->all_to_all(in, out, count, dtype, inner);
+                          });
+  }
+
+  // The inner communicator splits; the child stages through the same device with its own streams.
+  Status split(int color, int key, std::shared_ptr<Comm> *out) override {
+    DSRT_RETURN_IF_ERROR(check_split_args(color, out));
+    *out = nullptr;
+    inner_->set_step(step());
+    std::shared_ptr<Comm> inner;
+    DSRT_RETURN_IF_ERROR(inner_->split(color, key, &inner));
+    DSRT_RETURN_IF_ERROR(staged_comm_create(std::move(inner), staging_->device, out));
+    (*out)->set_step(step());
+    std::lock_guard<std::mutex> guard(staging_->mutex);
+    return comm_set_compute_stream(**out, staging_->compute);
+  }
+
   // Control values live in host memory: nothing to stage.
   Status all_reduce_f64(double *values, size_t count, ReduceOp op) override {
+    count_all_reduce(count * sizeof(double));
     inner_->set_step(step());
     return inner_->all_reduce_f64(values, count, op);
   }
   Status all_reduce_u64(uint64_t *values, size_t count, ReduceOp op) override {
+    count_all_reduce(count * sizeof(uint64_t));
     inner_->set_step(step());
     return inner_->all_reduce_u64(values, count, op);
   }
   Status broadcast_bytes(void *data, size_t bytes, int root) override {
+    if (root >= 0 && root < size()) count_broadcast(bytes, root);
     inner_->set_step(step());
     return inner_->broadcast_bytes(data, bytes, root);
   }
@@ -255,6 +310,17 @@ class StagedComm final : public Comm, public DeviceOrderedComm {
     *handle = std::make_unique<StagedRequest>(std::move(inner), std::move(lease),
                                               [copy_out = std::move(copy_out), host] { return copy_out(host); });
     return Status::Ok();
+  }
+
+  // An all-to-all: send staged into the first half of one lease, the inner exchange into the
+  // second half, copied back to recv.
+  Status stage_exchange(const char *operation, const void *send, void *recv, size_t block, CommHandle *handle,
+                        std::function<Status(char *, char *, CommHandle *)> start) {
+    const size_t bytes = block * static_cast<size_t>(size());
+    return stage(operation, 2 * bytes, handle,
+                 [=](char *host) { return staging_->to_host(host, send, bytes, what(operation, "in")); },
+                 [=](char *host, CommHandle *inner) { return start(host, host + bytes, inner); },
+                 [=](char *host) { return staging_->to_device(recv, host + bytes, bytes, what(operation, "out")); });
   }
 
   std::shared_ptr<Comm> inner_;
