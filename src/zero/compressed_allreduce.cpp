@@ -44,33 +44,16 @@ void CompressedAllReduce::reset_errors() {
   std::fill(server_error_.begin(), server_error_.end(), 0.0f);
 }
 
-// Opaque bytes travel as fp32 words (a gather moves them unchanged), each rank's block padded to
-// whole words.
 Status CompressedAllReduce::all_gather_bytes(const void *send, void *recv, size_t bytes_per_rank) {
-  const size_t words = (bytes_per_rank + 3) / 4;
-  const size_t stride = words * 4;
-  staging_.assign(stride * static_cast<size_t>(world_ + 1), 0);
-  uint8_t *mine = staging_.data() + stride * static_cast<size_t>(world_);
-  std::memcpy(mine, send, bytes_per_rank);
-  DSRT_RETURN_IF_ERROR(comm_->all_gather_sync(mine, staging_.data(), words, DSRT_F32));
-  for (int r = 0; r < world_; ++r)
-    std::memcpy(static_cast<uint8_t *>(recv) + bytes_per_rank * static_cast<size_t>(r),
-                staging_.data() + stride * static_cast<size_t>(r), bytes_per_rank);
-  return Status::Ok();
+  CommHandle handle;
+  DSRT_RETURN_IF_ERROR(comm_->all_gather_bytes(send, recv, bytes_per_rank, &handle));
+  return handle->wait();
 }
 
-// Block r of send goes to rank r; block r of recv came from rank r. Done as an all-gather of the
-// whole send buffer (each rank keeps its own block of every rank's), which moves W times the
-// bytes of a true all-to-all.
 Status CompressedAllReduce::all_to_all_bytes(const uint8_t *send, uint8_t *recv, size_t bytes_per_rank) {
-  const size_t total = bytes_per_rank * static_cast<size_t>(world_);
-  std::vector<uint8_t> gathered(total * static_cast<size_t>(world_));
-  DSRT_RETURN_IF_ERROR(all_gather_bytes(send, gathered.data(), total));
-  for (int q = 0; q < world_; ++q)
-    std::memcpy(recv + bytes_per_rank * static_cast<size_t>(q),
-                gathered.data() + total * static_cast<size_t>(q) + bytes_per_rank * static_cast<size_t>(rank_),
-                bytes_per_rank);
-  return Status::Ok();
+  CommHandle handle;
+  DSRT_RETURN_IF_ERROR(comm_->all_to_all_bytes(send, recv, bytes_per_rank, &handle));
+  return handle->wait();
 }
 
 Status CompressedAllReduce::run(float *buffer) {
@@ -89,7 +72,6 @@ Status CompressedAllReduce::run(float *buffer) {
   std::vector<float> scales(static_cast<size_t>(world_));
   DSRT_RETURN_IF_ERROR(all_gather_bytes(&worker_scale, scales.data(), sizeof(float))
                            .with_context("1-bit all-reduce: gathering worker scales"));
-  bytes_sent_ += chunk_bytes * static_cast<size_t>(world_ - 1) + sizeof(float);
 
   // Server phase over this rank's chunk.
   for (int q = 0; q < world_; ++q)
@@ -100,7 +82,6 @@ Status CompressedAllReduce::run(float *buffer) {
                            .with_context("1-bit all-reduce: gathering server signs"));
   DSRT_RETURN_IF_ERROR(all_gather_bytes(&server_scale, scales.data(), sizeof(float))
                            .with_context("1-bit all-reduce: gathering server scales"));
-  bytes_sent_ += chunk_bytes + sizeof(float);
 
   for (int r = 0; r < world_; ++r)
     onebit_decompress(recv_signs_.data() + chunk_bytes * static_cast<size_t>(r), scales[static_cast<size_t>(r)], chunk,

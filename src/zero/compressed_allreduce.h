@@ -11,8 +11,9 @@
 //     server_scale = ||z|| / sqrt(C); server_error = z - server_scale * sign(z); the packed signs
 //     and the server scale are all-gathered;
 //   result: element j of chunk r = sign_r(j) * server_scale_r, identical on every rank.
-// Bytes each rank sends per call: (N/8)(W-1)/W + 4 in the worker phase, C/8 + 4 in the server
-// phase -- about 1/16 of a ring all-reduce of fp32 (2 * 4N (W-1)/W).
+// Bytes each rank puts on the wire per call, as Comm::traffic() counts them: (W-1)(C/8 + 4) in
+// each phase, (W-1)(N/(4W) + 8) in all -- about 1/32 of a ring all-reduce of the fp32 buffer
+// (2 (W-1)/W * 4N).
 //
 // The errors are per rank and per buffer; DeepSpeed drops them when a checkpoint is loaded (they
 // restart at zero), and so does the engine after a load at another world size.
@@ -47,8 +48,6 @@ class CompressedAllReduce {
   float *server_error() { return server_error_.data(); }
   const float *worker_error() const { return worker_error_.data(); }
   const float *server_error() const { return server_error_.data(); }
-  // Payload bytes this rank has sent through run() (signs and scales).
-  uint64_t bytes_sent() const { return bytes_sent_; }
 
  private:
   Status all_to_all_bytes(const uint8_t *send, uint8_t *recv, size_t bytes_per_rank);
@@ -61,8 +60,6 @@ class CompressedAllReduce {
   std::vector<float> work_;             // y, then the result (padded_)
   std::vector<float> server_;           // z (chunk)
   std::vector<uint8_t> signs_, recv_signs_;
-  std::vector<uint8_t> staging_;        // byte exchanges through fp32 collectives
-  uint64_t bytes_sent_ = 0;
 };
 
 }  // namespace dsrt
