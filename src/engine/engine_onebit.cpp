@@ -46,8 +46,8 @@ Status Engine::onebit_update(const std::vector<OptimizerSlice> &slices,
   if (counters_.applied_steps == 0) return Status::Ok();
   const bool compressing = onebit_compressing();
   if (compressing && counters_.applied_steps == std::max<int64_t>(config_.optimizer.freeze_step, 2) && rank() == 0)
-    logf(DSRT_LOG_INFO, "OneBitAdam: compressed communication starts at step %lld",
-         static_cast<long long>(counters_.applied_steps + 1));
+    log_progress(Format("OneBitAdam: compressed communication starts at step %lld",  // DeepSpeed prints it too
+                        static_cast<long long>(counters_.applied_steps + 1)));
   for (size_t g = 0; g < by_group.size() && g < onebit_.size(); ++g) {
     const OptimizerHyper hyper = group_hyper(g);
     if (!compressing) {
