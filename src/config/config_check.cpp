@@ -179,6 +179,11 @@ void Config::check(std::vector<Problem> *errors) {
         error(base + ".device", "device \"nvme\" needs " + base + ".nvme_path (a directory on the NVMe drive)");
     }
   }
+  // DeepSpeed asserts that its 1-bit optimizers run without ZeRO.
+  if (stage_known && stage != 0 && has_optimizer() && optimizer_type() == static_cast<int>(OptimizerType::OneBitAdam))
+    error("zero_optimization.stage", "optimizer.type OneBitAdam needs zero_optimization.stage 0 (it is " +
+                                         format_number(stage) + "): DeepSpeed's 1-bit optimizers are not compatible "
+                                         "with ZeRO; set the stage to 0 or use Adam/AdamW");
   double ratio = 1;
   if (number_of("zero_optimization.offload_optimizer.ratio", &ratio) && ratio < 1 && stage_known && stage != 3)
     error("zero_optimization.offload_optimizer.ratio",
