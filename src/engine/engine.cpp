@@ -666,6 +666,10 @@ Status Engine::memory(dsrt_memory_stats *out) const {
       for (int i = 0; i < num_states_; ++i) stats.optimizer_states[opt_loc] += states_[i].bytes();
     }
     stats.buffers[host_optimizer() ? DSRT_LOC_HOST : dev] += lamb_update_.bytes();
+    for (const OneBitGroup &group : onebit_) {  // 1-bit Adam: host memory (the CPU device only)
+      stats.optimizer_states[dev] += group.reduce.error_bytes();
+      stats.buffers[dev] += group.reduce.scratch_bytes() + group.momentum.size() * sizeof(float);
+    }
     stats.buffers[DSRT_LOC_HOST] += host_working_.bytes();
     stats.buffers[dev] += reducer_.buffer_bytes() + gather_staging_.bytes();
     if (coordinator_) stats.buffers[dev] += coordinator_->cached_bytes();

@@ -44,6 +44,11 @@ class CompressedAllReduce {
   size_t padded_size() const { return padded_; }
   size_t chunk_size() const { return padded_ / static_cast<size_t>(world_); }
   // worker error: padded_size() elements; server error: chunk_size() elements.
+  // Host bytes held: the two errors, and the scratch of a call (the padded buffer, the chunk, signs).
+  uint64_t error_bytes() const { return (worker_error_.size() + server_error_.size()) * sizeof(float); }
+  uint64_t scratch_bytes() const {
+    return (work_.size() + server_.size()) * sizeof(float) + signs_.size() + recv_signs_.size();
+  }
   float *worker_error() { return worker_error_.data(); }
   float *server_error() { return server_error_.data(); }
   const float *worker_error() const { return worker_error_.data(); }
