@@ -18,6 +18,7 @@
 
 #include "../cpp/engine_test_util.h"
 #include "ckpt/ckpt.h"
+#include "ckpt/file_io.h"
 #include "mpi_test_main.h"
 #include "optim/onebit_adam.h"
 #include "zero/compressed_allreduce.h"
@@ -259,7 +260,7 @@ TEST(OneBitAdam, EngineMatchesDeepSpeedAlgorithm) {
 }
 
 std::string scratch_dir() {
-  std::string dir = "/tmp/dsrt_onebit_ckpt";
+  std::string dir = std::string(DSRT_BINARY_DIR) + "/ckpt_scratch/mpi_onebit";
   uint64_t pid = static_cast<uint64_t>(getpid());
   EXPECT_TRUE(g_world->broadcast_bytes(&pid, sizeof pid, 0).ok());
   return dir + "_" + std::to_string(pid);
@@ -299,7 +300,7 @@ TEST(OneBitAdam, CheckpointRestoresStatesAndRestartsErrors) {
   ASSERT_TRUE(testing_util::read_partition_states(*b, &sb).ok());
   for (size_t k = 0; k < sa.size(); ++k) EXPECT_EQ(sa[k], sb[k]) << "state " << k << " after resuming";
   ASSERT_TRUE(g_world->barrier().ok());
-  if (g_world->rank() == 0) (void)std::system(("rm -rf " + dir).c_str());
+  if (g_world->rank() == 0) EXPECT_TRUE(remove_tree(dir).ok());
 }
 
 // Bytes on the wire per step, warm-up against compression, on a 100k-element model.
