@@ -24,7 +24,8 @@ namespace {
 
 std::string optimizer_list() {
   std::string out;
-  for (int i = 0; i < kNumOptimizerTypes - 1; ++i) out += std::string(i ? ", " : "") + kOptimizerTypes[i];
+  // The 1-bit optimizers (last in the list) are not suggested as replacements.
+  for (int i = 0; i < static_cast<int>(OptimizerType::OneBitAdam); ++i) out += std::string(i ? ", " : "") + kOptimizerTypes[i];
   return out;
 }
 
@@ -180,8 +181,10 @@ void Config::check(std::vector<Problem> *errors) {
     }
   }
   // DeepSpeed asserts that its 1-bit optimizers run without ZeRO.
-  if (stage_known && stage != 0 && has_optimizer() && optimizer_type() == static_cast<int>(OptimizerType::OneBitAdam))
-    error("zero_optimization.stage", "optimizer.type OneBitAdam needs zero_optimization.stage 0 (it is " +
+  if (stage_known && stage != 0 && has_optimizer() &&
+      (optimizer_type() == static_cast<int>(OptimizerType::OneBitAdam) ||
+       optimizer_type() == static_cast<int>(OptimizerType::ZeroOneAdam)))
+    error("zero_optimization.stage", "optimizer.type " + std::string(kOptimizerTypes[optimizer_type()]) + " needs zero_optimization.stage 0 (it is " +
                                          format_number(stage) + "): DeepSpeed's 1-bit optimizers are not compatible "
                                          "with ZeRO; set the stage to 0 or use Adam/AdamW");
   double ratio = 1;

@@ -121,6 +121,11 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
     o.min_coeff = num(p + "min_coeff", o.min_coeff);
     o.initial_accumulator_value = num(p + "initial_accumulator_value", o.initial_accumulator_value);
     o.freeze_step = static_cast<int64_t>(num(p + "freeze_step", static_cast<double>(o.freeze_step)));
+    o.var_freeze_step = static_cast<int64_t>(num(p + "var_freeze_step", static_cast<double>(o.var_freeze_step)));
+    o.var_update_scaler = static_cast<int64_t>(num(p + "var_update_scaler", static_cast<double>(o.var_update_scaler)));
+    o.local_step_scaler = static_cast<int64_t>(num(p + "local_step_scaler", static_cast<double>(o.local_step_scaler)));
+    o.local_step_clipper =
+        static_cast<int64_t>(num(p + "local_step_clipper", static_cast<double>(o.local_step_clipper)));
   }
 
   SchedulerConfig &s = t.scheduler;

@@ -1,6 +1,7 @@
 // defines: Engine creation, registration, build (rank agreement, partitioning, allocation),
 // tensor access, fp32 read/write and memory accounting. The step pipeline is in engine_step.cpp.
 #include "engine/engine.h"
+#include "optim/step_constants.h"
 
 #include <algorithm>
 #include <cmath>
@@ -75,11 +76,13 @@ Status Engine::create(const TrainConfig &config, std::shared_ptr<Comm> comm, std
     return Error(DSRT_ERR_CONFIG,
                  "optimizer.params.nesterov needs momentum > 0 and dampening 0 (momentum %g, dampening %g)",
                  config.optimizer.momentum, config.optimizer.dampening);
-  if (config.optimizer.type == OptimizerType::OneBitAdam && config.zero.stage != 0)
+  const bool onebit_kind =
+      config.optimizer.type == OptimizerType::OneBitAdam || config.optimizer.type == OptimizerType::ZeroOneAdam;
+  if (onebit_kind && config.zero.stage != 0)
     return Error(DSRT_ERR_CONFIG,
-                 "optimizer.type OneBitAdam needs zero_optimization.stage 0 (it is %d): DeepSpeed's 1-bit "
+                 "optimizer.type %s needs zero_optimization.stage 0 (it is %d): DeepSpeed's 1-bit "
                  "optimizers are not compatible with ZeRO; set the stage to 0 or use Adam/AdamW",
-                 config.zero.stage);
+                 optimizer_type_name(config.optimizer.type), config.zero.stage);
   if (config.zero.offload_param.device == OffloadDevice::Nvme) {
     if (config.zero.stage != 3)
       return Error(DSRT_ERR_CONFIG, "zero_optimization.offload_param needs stage 3 (stage is %d)", config.zero.stage);
@@ -385,10 +388,11 @@ Status Engine::build_impl() {
     };
   }
   DSRT_RETURN_IF_ERROR(reducer_.init(&part_, comm_.get(), device_.get(), backend_.get(), ro));
-  if (config_.optimizer.type == OptimizerType::OneBitAdam && device_->type() != DSRT_DEVICE_CPU)
+  if (onebit_type() && device_->type() != DSRT_DEVICE_CPU)
     return Error(DSRT_ERR_UNSUPPORTED,
-                 "optimizer.type OneBitAdam runs on the CPU device only in dsrt (its compression kernels are "
-                 "host loops); use the CPU device, or Adam/AdamW on the GPU");
+                 "optimizer.type %s runs on the CPU device only in dsrt (its compression kernels are "
+                 "host loops); use the CPU device, or Adam/AdamW on the GPU",
+                 optimizer_type_name(config_.optimizer.type));
   DSRT_RETURN_IF_ERROR(onebit_build());
   reducer_.set_divide_by_accumulation(scale_wrt_gas_);
   reducer_.set_last_micro_step(boundary_override_);
@@ -668,6 +672,7 @@ Status Engine::memory(dsrt_memory_stats *out) const {
     stats.buffers[host_optimizer() ? DSRT_LOC_HOST : dev] += lamb_update_.bytes();
     for (const OneBitGroup &group : onebit_) {  // 1-bit Adam: host memory (the CPU device only)
       stats.optimizer_states[dev] += group.reduce.error_bytes();
+      stats.optimizer_states[dev] += group.accumulator.size() * sizeof(float);  // 0/1 Adam's u
       stats.buffers[dev] += group.reduce.scratch_bytes() + group.momentum.size() * sizeof(float);
     }
     stats.buffers[DSRT_LOC_HOST] += host_working_.bytes();

@@ -12,6 +12,10 @@
 namespace dsrt {
 
 bool Engine::onebit_compressing() const {
+  if (config_.optimizer.type == OptimizerType::ZeroOneAdam) {
+    if (counters_.applied_steps == 0) return false;  // the initialization step
+    return zero_one_frozen() || (counters_.applied_steps + 1) % zero_one_.var_interval != 0;
+  }
   if (config_.optimizer.type != OptimizerType::OneBitAdam) return false;
   // DeepSpeed's state['step'] counts every applied step() call, its first (which only sets up
   // buffers) included; the freeze check runs after each warm-up update, never after the first call.
@@ -20,12 +24,18 @@ bool Engine::onebit_compressing() const {
 }
 
 void Engine::onebit_reset_errors() {
-  for (OneBitGroup &group : onebit_) group.reduce.reset_errors();
+  for (OneBitGroup &group : onebit_) {
+    group.reduce.reset_errors();
+    std::fill(group.accumulator.begin(), group.accumulator.end(), 0.0f);
+    group.lrs = 0.0;
+  }
+  zero_one_ = ZeroOnePolicy{};
 }
 
 Status Engine::onebit_build() {
   onebit_.clear();
-  if (config_.optimizer.type != OptimizerType::OneBitAdam) return Status::Ok();
+  zero_one_ = ZeroOnePolicy{};
+  if (!onebit_type()) return Status::Ok();
   const std::vector<OwnedSegment> segments = part_.owned_segments(rank());
   std::vector<size_t> group_elems(groups_.size(), 0);
   for (const OwnedSegment &seg : segments)
@@ -34,9 +44,11 @@ Status Engine::onebit_build() {
   for (size_t g = 0; g < onebit_.size(); ++g) {
     DSRT_RETURN_IF_ERROR(onebit_[g].reduce.init(comm_.get(), group_elems[g]));
     onebit_[g].momentum.assign(group_elems[g], 0.0f);
+    if (config_.optimizer.type == OptimizerType::ZeroOneAdam) onebit_[g].accumulator.assign(group_elems[g], 0.0f);
   }
   if (!config_.fp16.enabled && rank() == 0)
-    logf(DSRT_LOG_WARN, "OneBitAdam: DeepSpeed verified the convergence of 1-bit Adam under fp16 only");
+    logf(DSRT_LOG_WARN, "%s: DeepSpeed verified the convergence of its 1-bit optimizers under fp16 only",
+         config_.optimizer.type == OptimizerType::ZeroOneAdam ? "ZeroOneAdam" : "OneBitAdam");
   return Status::Ok();
 }
 

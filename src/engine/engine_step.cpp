@@ -151,8 +151,10 @@ Status Engine::optimizer_update(float grad_scale) {
   std::vector<std::vector<size_t>> by_group(num_groups);
   for (size_t i = 0; i < segments.size(); ++i)
     by_group[static_cast<size_t>(tensors_[segments[i].tensor].group)].push_back(i);
-  if (config_.optimizer.type == OptimizerType::OneBitAdam) {
-    DSRT_RETURN_IF_ERROR(onebit_update(slices, by_group, grad_scale));
+  if (onebit_type()) {
+    DSRT_RETURN_IF_ERROR(config_.optimizer.type == OptimizerType::ZeroOneAdam
+                             ? zero_one_update(slices, by_group, grad_scale)
+                             : onebit_update(slices, by_group, grad_scale));
     return on_host ? upload_working_partition() : Status::Ok();
   }
   if (config_.optimizer.type != OptimizerType::Lamb) {

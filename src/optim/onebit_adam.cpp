@@ -13,8 +13,8 @@ constexpr size_t kParallelMin = 1 << 15;
 
 Status check(const char *what, const OptimizerHyper &hyper, const OptimizerSlice &slice, bool needs_grad,
              float grad_scale) {
-  if (hyper.type != OptimizerType::OneBitAdam)
-    return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: the hyper-parameters are not OneBitAdam's", what);
+  if (hyper.type != OptimizerType::OneBitAdam && hyper.type != OptimizerType::ZeroOneAdam)
+    return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: the hyper-parameters are not OneBitAdam's or ZeroOneAdam's", what);
   if (slice.n == 0) return Status::Ok();
   if (slice.master == nullptr || slice.state0 == nullptr || slice.state1 == nullptr)
     return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: master, exp_avg (state0) and exp_avg_sq (state1) are required", what);

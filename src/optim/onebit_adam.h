@@ -24,7 +24,8 @@
 namespace dsrt {
 
 // Warm-up step over one slice: updates state0 (m), state1 (v) and master, then writes the
-// working copy when slice.working is set. hyper.type must be OneBitAdam.
+// working copy when slice.working is set. hyper.type must be OneBitAdam or ZeroOneAdam (0/1 Adam
+// runs the same arithmetic on its variance-update steps; see zero_one_adam.h).
 Status onebit_adam_warmup_step(const OptimizerHyper &hyper, const OptimizerSlice &slice, float grad_scale);
 
 // Compression stage, before the all-reduce: state0 (m) = b1 m + (1-b1) grad * grad_scale.

@@ -388,7 +388,6 @@ TEST(Config, UnimplementedFeaturesAreRefusedNotDropped) {
       R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}})",
       R"({"zero_optimization": {"stage": 3, "mics_shard_size": 4}})",
       R"({"optimizer": {"type": "OneBitLamb", "params": {"freeze_step": 10}}})",
-      R"({"optimizer": {"type": "ZeroOneAdam", "params": {"anything": 1}}})",
       R"({"scheduler": {"type": "StepLR", "params": {"step_size": 10}}})",
       R"({"amp": {"enabled": true, "opt_level": "O1"}})",
       R"({"aio": {"use_gds": true}})",
