@@ -286,7 +286,8 @@ Status Engine::step_impl(dsrt_step_result *out) {
 
   {
     const double start = StepTimers::now();
-    // 1-bit Adam's compression stage keeps the gradients local (the momentum is all-reduced instead).
+    // 1-bit Adam's compression stage keeps the gradients local (the momentum is all-reduced instead),
+    // and so do 0/1 Adam's steps between variance updates and its local steps.
     reducer_.set_local_only(onebit_compressing());
     DSRT_RETURN_IF_ERROR(reducer_.reduce_accumulator().with_context("step: reducing accumulated gradients"));
     DSRT_RETURN_IF_ERROR(stage_host_grads());
