@@ -155,6 +155,11 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
     num(o.max_coeff, p + "max_coeff");
     num(o.min_coeff, p + "min_coeff");
     num(o.initial_accumulator_value, p + "initial_accumulator_value");
+    i64(o.freeze_step, p + "freeze_step");
+    i64(o.var_freeze_step, p + "var_freeze_step");
+    i64(o.var_update_scaler, p + "var_update_scaler");
+    i64(o.local_step_scaler, p + "local_step_scaler");
+    i64(o.local_step_clipper, p + "local_step_clipper");
   }
 
   SchedulerConfig &s = t.scheduler;

@@ -201,9 +201,13 @@ Status check_train_config(const TrainConfig &config) {
     return Error(DSRT_ERR_CONFIG,
                  "optimizer.params.nesterov needs momentum > 0 and dampening 0 (momentum %g, dampening %g)",
                  config.optimizer.momentum, config.optimizer.dampening);
-  if (config.optimizer.type == OptimizerType::OneBitAdam)
-    return Error(DSRT_ERR_UNSUPPORTED,
-                 "optimizer.type OneBitAdam (1-bit compressed communication) is not implemented; use Adam or AdamW");
+  const bool onebit_kind =
+      config.optimizer.type == OptimizerType::OneBitAdam || config.optimizer.type == OptimizerType::ZeroOneAdam;
+  if (onebit_kind && config.zero.stage != 0)
+    return Error(DSRT_ERR_CONFIG,
+                 "optimizer.type %s needs zero_optimization.stage 0 (it is %d): DeepSpeed's 1-bit "
+                 "optimizers are not compatible with ZeRO; set the stage to 0 or use Adam/AdamW",
+                 config.optimizer.type == OptimizerType::OneBitAdam ? "OneBitAdam" : "ZeroOneAdam", config.zero.stage);
   const OffloadConfig &param = config.zero.offload_param, &optim = config.zero.offload_optimizer;
   if (param.device != OffloadDevice::None && config.zero.stage != 3)
     return Error(DSRT_ERR_CONFIG, "zero_optimization.offload_param needs stage 3 (stage is %d)", config.zero.stage);

@@ -15,7 +15,7 @@
 
 namespace dsrt {
 
-enum class OptimizerType { Adam, AdamW, SGD, Lamb, Adagrad, Lion, OneBitAdam };
+enum class OptimizerType { Adam, AdamW, SGD, Lamb, Adagrad, Lion, OneBitAdam, ZeroOneAdam };
 enum class SchedulerType { None, WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest };
 enum class OffloadDevice { None, Cpu, Nvme };
 
@@ -35,6 +35,14 @@ struct OptimizerConfig {
   double max_coeff = 10.0;       // Lamb trust-ratio clamp
   double min_coeff = 0.01;
   double initial_accumulator_value = 0.0;  // Adagrad
+  int64_t freeze_step = 100000;  // OneBitAdam: steps of the uncompressed warm-up stage
+  // ZeroOneAdam (0/1 Adam): the variance is updated until var_freeze_step, its interval doubling
+  // every var_update_scaler updates; after it, the local-step interval doubles every
+  // local_step_scaler steps up to local_step_clipper.
+  int64_t var_freeze_step = 100000;
+  int64_t var_update_scaler = 16;
+  int64_t local_step_scaler = 32678;
+  int64_t local_step_clipper = 16;
 };
 
 struct SchedulerConfig {

@@ -1,6 +1,7 @@
 // defines: Engine creation, registration, build (rank agreement, partitioning, allocation),
 // tensor access, fp32 read/write and memory accounting. The step pipeline is in engine_step.cpp.
 #include "engine/engine.h"
+#include "optim/step_constants.h"
 
 #include <algorithm>
 #include <cmath>
@@ -349,6 +350,12 @@ Status Engine::build_impl() {
       ro.qgz_groups.push_back(qgz_group_for_shape(t.shape.data(), static_cast<int>(t.shape.size()), comm_->size()));
   }
   DSRT_RETURN_IF_ERROR(reducer_.init(&part_, comm_.get(), device_.get(), backend_.get(), ro));
+  if (onebit_type() && device_->type() != DSRT_DEVICE_CPU)
+    return Error(DSRT_ERR_UNSUPPORTED,
+                 "optimizer.type %s runs on the CPU device only in dsrt (its compression kernels are "
+                 "host loops); use the CPU device, or Adam/AdamW on the GPU",
+                 optimizer_type_name(config_.optimizer.type));
+  DSRT_RETURN_IF_ERROR(onebit_build());
   reducer_.set_divide_by_accumulation(scale_wrt_gas_);
   reducer_.set_last_micro_step(boundary_override_);
 
@@ -686,6 +693,11 @@ Status Engine::memory(dsrt_memory_stats *out) const {
       for (int i = 0; i < num_states_; ++i) stats.optimizer_states[dev] += dev_states_[i].bytes();
     }
     stats.buffers[host_optimizer() ? DSRT_LOC_HOST : dev] += lamb_update_.bytes();
+    for (const OneBitGroup &group : onebit_) {  // 1-bit Adam: host memory (the CPU device only)
+      stats.optimizer_states[dev] += group.reduce.error_bytes();
+      stats.optimizer_states[dev] += group.accumulator.size() * sizeof(float);  // 0/1 Adam's u
+      stats.buffers[dev] += group.reduce.scratch_bytes() + group.momentum.size() * sizeof(float);
+    }
     stats.buffers[DSRT_LOC_HOST] += host_working_.bytes();
     stats.buffers[dev] += reducer_.buffer_bytes() + gather_staging_.bytes();
     if (coordinator_) stats.buffers[dev] += coordinator_->cached_bytes();

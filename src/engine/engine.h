@@ -51,6 +51,7 @@
 #include "optim/cpu_optimizer.h"
 #include "optim/optimizer_backend.h"
 #include "util/status.h"
+#include "zero/compressed_allreduce.h"
 #include "zero/grad_reducer.h"
 #include "zero/param_coordinator.h"
 #include "zero/partition.h"
@@ -204,6 +205,32 @@ class Engine {
     counters_ = counters;
     step_lrs_valid_ = false;  // a loaded engine has not run a boundary yet
   }
+  // 1-bit Adam: whether the next update runs in the compression stage (DeepSpeed's step count,
+  // applied_steps + 1, is past max(freeze_step, 2): its first step only initializes, and the
+  // check follows each warm-up update), and group g's compressed all-reduce (nullptr for another
+  // optimizer). onebit_reset_errors zeroes every worker and server error (after a load, as
+  // DeepSpeed's load_state_dict drops them).
+  // 0/1 Adam (ZeroOneAdam, engine_zero_one.cpp): onebit_compressing() says whether the next
+  // update keeps the gradients local (a step between variance updates, or any step once the
+  // variance is frozen); zero_one_frozen() whether the next update runs in the local-step stage;
+  // onebit_reset_errors also restarts its interval policy, its accumulated update u and its
+  // learning-rate sums (DeepSpeed's ZeroOneAdam.load_state_dict drops them all).
+  bool onebit_compressing() const;
+  bool onebit_type() const {
+    return config_.optimizer.type == OptimizerType::OneBitAdam || config_.optimizer.type == OptimizerType::ZeroOneAdam;
+  }
+  bool zero_one_frozen() const;
+  struct ZeroOnePolicy {
+    int64_t var_interval = 1, var_counter = 0;      // variance updated every var_interval steps
+    int64_t local_interval = 1, local_counter = 0;  // after the freeze: a sync every local_interval steps
+    bool errors_zeroed = false;                     // the errors were restarted when the variance froze
+  };
+  const ZeroOnePolicy &zero_one_policy() const { return zero_one_; }
+  const std::vector<float> *zero_one_accumulator(size_t g) const {
+    return g < onebit_.size() ? &onebit_[g].accumulator : nullptr;
+  }
+  const CompressedAllReduce *onebit_reduce(size_t g) const { return g < onebit_.size() ? &onebit_[g].reduce : nullptr; }
+  void onebit_reset_errors();
   const LossScaler &loss_scaler() const { return scaler_; }
   LossScaler &mutable_loss_scaler() { return scaler_; }
   int64_t scheduler_iteration() const { return scheduler_->last_batch_iteration(); }
@@ -386,6 +413,22 @@ class Engine {
   int num_states_ = 0;
   DeviceBuffer working_;
   DeviceBuffer lamb_update_;
+  // 1-bit Adam (engine_onebit.cpp): per parameter group, its compressed all-reduce (the worker and
+  // server errors) and the group's momentum gathered into one vector, as DeepSpeed's fp16
+  // optimizer hands OnebitAdam one flat tensor per group.
+  struct OneBitGroup {
+    CompressedAllReduce reduce;
+    std::vector<float> momentum;
+    std::vector<float> accumulator;  // 0/1 Adam: u, minus the sum of the local updates since the last sync
+    double lrs = 0.0;                // 0/1 Adam: the sum of the learning rates since the last sync
+  };
+  ZeroOnePolicy zero_one_;
+  Status zero_one_update(const std::vector<OptimizerSlice> &slices, const std::vector<std::vector<size_t>> &by_group,
+                         float grad_scale);
+  std::vector<OneBitGroup> onebit_;
+  Status onebit_build();
+  Status onebit_update(const std::vector<OptimizerSlice> &slices, const std::vector<std::vector<size_t>> &by_group,
+                       float grad_scale);
   DeviceBuffer gather_staging_;
   GradReducer reducer_;
   std::unique_ptr<ParamCoordinator> coordinator_;  // stage 3

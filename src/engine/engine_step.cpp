@@ -167,6 +167,12 @@ Status Engine::optimizer_update(float grad_scale) {
   std::vector<std::vector<size_t>> by_group(num_groups);
   for (size_t i = 0; i < segments.size(); ++i)
     by_group[static_cast<size_t>(tensors_[segments[i].tensor].group)].push_back(i);
+  if (onebit_type()) {
+    DSRT_RETURN_IF_ERROR(config_.optimizer.type == OptimizerType::ZeroOneAdam
+                             ? zero_one_update(slices, by_group, grad_scale)
+                             : onebit_update(slices, by_group, grad_scale));
+    return on_host ? upload_working_partition() : Status::Ok();
+  }
   if (config_.optimizer.type != OptimizerType::Lamb) {
     std::vector<OptimizerSlice> group_slices;
     for (size_t g = 0; g < num_groups; ++g) {
@@ -291,6 +297,9 @@ Status Engine::step_impl(dsrt_step_result *out) {
 
   {
     const double start = StepTimers::now();
+    // 1-bit Adam's compression stage keeps the gradients local (the momentum is all-reduced instead),
+    // and so do 0/1 Adam's steps between variance updates and its local steps.
+    reducer_.set_local_only(onebit_compressing());
     DSRT_RETURN_IF_ERROR(reducer_.reduce_accumulator().with_context("step: reducing accumulated gradients"));
     DSRT_RETURN_IF_ERROR(stage_host_grads());
     timers_.add(StepPhase::Reduce, StepTimers::now() - start);
@@ -314,7 +323,8 @@ Status Engine::step_impl(dsrt_step_result *out) {
       norm_sq = values[0];
       nonfinite = values[1] > 0.0;
     } else if (comm_->size() > 1) {
-      // Stage 0: every rank holds the same reduced gradients; agree on the skip all the same, so a
+      // Stage 0: every rank holds the same reduced gradients (in 1-bit Adam's compression stage
+      // its own local ones, clipped by their own norm as in DeepSpeed); agree on the skip all the same, so a
       // rank-local fault can never split the ranks into stepping and skipping.
       double flag = nonfinite || !std::isfinite(norm_sq) ? 1.0 : 0.0;
       DSRT_RETURN_IF_ERROR(comm_->all_reduce_f64(&flag, 1, ReduceOp::Max)

@@ -49,7 +49,8 @@ int optimizer_state_count(const OptimizerConfig &config) {
     case OptimizerType::Adam:
     case OptimizerType::AdamW:
     case OptimizerType::Lamb:
-    case OptimizerType::OneBitAdam: return 2;
+    case OptimizerType::OneBitAdam:
+    case OptimizerType::ZeroOneAdam: return 2;
     case OptimizerType::SGD: return config.momentum != 0.0 ? 1 : 0;
     case OptimizerType::Adagrad:
     case OptimizerType::Lion: return 1;

@@ -114,7 +114,8 @@ float *GradReducer::grad_partition() const {
 double GradReducer::post_scale() const {
   const double prescale = options_.prescale_gradients ? 1.0 / world_ : 1.0 / options_.predivide_factor;
   const double steps = divide_by_accumulation_ ? static_cast<double>(options_.accumulation_steps) : 1.0;
-  return 1.0 / (static_cast<double>(world_) * steps * prescale);
+  const int world = local_only_ ? 1 : world_;
+  return 1.0 / (static_cast<double>(world) * steps * prescale);
 }
 
 bool GradReducer::window_open() const {
@@ -411,7 +412,7 @@ Status GradReducer::reduce_accumulator() {
     const int64_t a = starts[c];
     const ElemRange range{a, c + 1 < starts.size() ? starts[c + 1] : total};
     const ElemRange mine = intersect(range, partition);
-    if (world_ == 1) {
+    if (world_ == 1 || local_only_) {
       DSRT_RETURN_IF_ERROR(deliver_final(mine.begin - partition.begin, mine.size()));
       continue;
     }

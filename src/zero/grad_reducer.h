@@ -96,6 +96,10 @@ class GradReducer {
   double post_scale() const;
   // Whether post_scale divides by accumulation_steps (DeepSpeed's scale_wrt_gas; default true).
   void set_divide_by_accumulation(bool divide) { divide_by_accumulation_ = divide; }
+  // Stage 0 only: the boundary leaves each rank's accumulated gradient unreduced, and post_scale
+  // averages over micro-steps only (the compression stage of 1-bit Adam, which all-reduces the
+  // momentum instead, as DeepSpeed turns off its backward all-reduce).
+  void set_local_only(bool local) { local_only_ = local && part_ != nullptr && part_->stage() == 0; }
   // Whether the micro-step now being accumulated is the window's last (so its completed ranges
   // are final and on_final_range is called). Without a call, the micro-step count against
   // accumulation_steps decides; the engine sets it when the host drives the boundaries. A
@@ -174,6 +178,7 @@ class GradReducer {
   int64_t micro_in_window_ = 0;        // micro-steps finished in the current window
   bool final_delivered_ = false;       // on_final_range covered this window's partition
   bool divide_by_accumulation_ = true;
+  bool local_only_ = false;            // set_local_only
   int last_override_ = -1;             // set_last_micro_step; -1: count
   double reduce_seconds_ = 0;
   std::unique_ptr<QuantizedReduceScatter> qgz_;  // zero_quantized_gradients
