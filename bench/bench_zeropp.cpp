@@ -2,7 +2,8 @@
 // (run under mpirun; bench/run_zeropp.sh). For each variant of a table: bytes this rank put on the
 // wire per training step (the communicators' traffic counters, comm.h: the world's and the
 // variant's own groups'), the share of them that crosses nodes, and the step time; printed with
-// their ratios against the ZeRO-3 row. Nodes: DSRT_RANKS_PER_NODE (or host names).
+// their ratios against the ZeRO-3 row, also for the parameter-gather bytes alone (gather x) and
+// the gradient-reduction bytes alone (grad x). Nodes: DSRT_RANKS_PER_NODE (or host names).
 //
 // A row is a name and a change to the stage-3 config; add a variant by adding a row to kVariants.
 //   bench_zeropp [PARAMS_MILLIONS] [STEPS]
@@ -35,6 +36,13 @@ const std::vector<Variant> kVariants = {
     {"hpZ", [](TrainConfig &c, int ranks_per_node) { c.zero.zero_hpz_partition_size = ranks_per_node; }},
     // MiCS with a shard group per node (at one node: plain ZeRO-3).
     {"MiCS", [](TrainConfig &c, int ranks_per_node) { c.zero.mics_shard_size = ranks_per_node; }},
+    {"qwZ", [](TrainConfig &c, int) { c.zero.zero_quantized_weights = true; }},
+    {"qgZ", [](TrainConfig &c, int) { c.zero.zero_quantized_gradients = true; }},
+    {"qwZ+qgZ",
+     [](TrainConfig &c, int) {
+       c.zero.zero_quantized_weights = true;
+       c.zero.zero_quantized_gradients = true;
+     }},
 };
 
 [[noreturn]] void fail(const char *what, const Status &status) {
@@ -78,7 +86,29 @@ Bytes bytes_of(const Comm *comm, const CommTraffic &before, bool inside_node, in
 struct Row {
   Bytes world, group;
   double seconds = 0;
+  // Per step, all communicators: parameter gathers, and gradient reduction (reduce-scatter,
+  // all-reduce and the all-to-alls of qgZ).
+  double gather = 0, gradient = 0;
 };
+
+// The sub-communicators a variant adds (hpZ's group, qgZ's groups, MiCS's shard and replica
+// groups), whether each stays inside a node (groups of consecutive ranks) and whether, a MiCS
+// replica group of shard groups that fill whole nodes, every peer is on another node.
+struct Group {
+  const Comm *comm;
+  bool inside_node;
+  bool all_cross = false;
+};
+std::vector<Group> groups_of(const Engine &e, int ranks_per_node) {
+  std::vector<Group> g;
+  if (e.hpz_group()) g.push_back({e.hpz_group(), ranks_per_node % e.hpz_group()->size() == 0});
+  if (e.grad_reducer().qgz_intra()) g.push_back({e.grad_reducer().qgz_intra(), true});
+  if (e.grad_reducer().qgz_inter()) g.push_back({e.grad_reducer().qgz_inter(), false});
+  if (&e.partition_comm() != &e.comm())
+    g.push_back({&e.partition_comm(), ranks_per_node % e.part_size() == 0});
+  if (e.replica_group()) g.push_back({e.replica_group(), false, e.part_size() % ranks_per_node == 0});
+  return g;
+}
 
 void micro_step(Engine &e, const std::vector<std::vector<float>> &grads) {
   for (size_t t = 0; t < e.num_tensors(); ++t) {
@@ -124,28 +154,19 @@ Row run(Comm &world, const Variant &v, const NodeLayout &nodes, const std::vecto
     std::vector<float> init(static_cast<size_t>(sizes[t]));
     for (float &x : init) x = dist(rng);
     grads.push_back(init);
-    s = engine->add_param("layer" + std::to_string(t), &sizes[t], 1, init.data(), nullptr);
+    // Matrices as [rows, 512] (qgZ, like DeepSpeed, sends 1-D tensors unquantized); vectors 1-D.
+    const int64_t shape[2] = {sizes[t] / 512, 512};
+    s = sizes[t] % 512 == 0 && sizes[t] > 1024
+            ? engine->add_param("layer" + std::to_string(t), shape, 2, init.data(), nullptr)
+            : engine->add_param("layer" + std::to_string(t), &sizes[t], 1, init.data(), nullptr);
   }
   if (s.ok()) s = engine->build();
   if (!s.ok()) fail(v.name, s);
   micro_step(*engine, grads);  // warm-up: trace, buffers
-  // The variant's own groups (hpZ's group; MiCS's shard and replica groups) and whether each stays
-  // inside a node (groups of consecutive ranks) or, a MiCS replica group of shard groups that fill
-  // whole nodes, has every peer on another node.
-  struct Group {
-    const Comm *comm;
-    bool inside_node, all_cross;
-    CommTraffic before;
-  };
-  std::vector<Group> groups;
-  auto add_group = [&](const Comm *g, bool inside, bool all_cross) {
-    if (g != nullptr && g != comm.get()) groups.push_back({g, inside, all_cross, g->traffic()});
-  };
-  add_group(engine->hpz_group(), engine->hpz_group() && nodes.ranks_per_node % engine->hpz_group()->size() == 0,
-            false);
-  add_group(&engine->partition_comm(), nodes.ranks_per_node % engine->part_size() == 0, false);
-  add_group(engine->replica_group(), false, engine->part_size() % nodes.ranks_per_node == 0);
   const CommTraffic world_before = comm->traffic();
+  const std::vector<Group> groups = groups_of(*engine, nodes.ranks_per_node);
+  std::vector<CommTraffic> group_before;
+  for (const Group &g : groups) group_before.push_back(g.comm->traffic());
   Row row;
   row.seconds = 1e30;
   for (int i = 0; i < steps; ++i) {
@@ -157,13 +178,21 @@ Row run(Comm &world, const Variant &v, const NodeLayout &nodes, const std::vecto
     row.seconds = std::min(row.seconds, seconds);
   }
   row.world = bytes_of(comm.get(), world_before, false, nodes.ranks_per_node);
-  for (const Group &g : groups) {
-    const Bytes b = bytes_of(g.comm, g.before, g.inside_node, nodes.ranks_per_node);
+  auto kinds = [&](const CommTraffic &now, const CommTraffic &before) {
+    row.gather += static_cast<double>(now.all_gather - before.all_gather);
+    row.gradient += static_cast<double>((now.reduce_scatter - before.reduce_scatter) +
+                                        (now.all_reduce - before.all_reduce) + (now.all_to_all - before.all_to_all));
+  };
+  kinds(comm->traffic(), world_before);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const Bytes b = bytes_of(groups[i].comm, group_before[i], groups[i].inside_node, nodes.ranks_per_node);
     row.group.total += b.total;
-    row.group.cross += g.all_cross ? b.total : b.cross;
+    row.group.cross += groups[i].all_cross ? b.total : b.cross;
+    kinds(groups[i].comm->traffic(), group_before[i]);
   }
   // The counters include the timing all-reduces and barriers (8 bytes each): negligible here.
   row.world.total /= steps, row.world.cross /= steps, row.group.total /= steps, row.group.cross /= steps;
+  row.gather /= steps, row.gradient /= steps;
   return row;
 }
 
@@ -180,7 +209,7 @@ int main(int argc, char **argv) {
   if (!status.ok()) fail("node layout", status);
   // Transformer-like tensors: a few large matrices and small vectors.
   std::vector<int64_t> sizes;
-  const int64_t matrix = static_cast<int64_t>(millions * 1e6 / 8);
+  const int64_t matrix = static_cast<int64_t>(millions * 1e6 / 8) / 512 * 512;
   for (int layer = 0; layer < 8; ++layer) {
     sizes.push_back(matrix);
     sizes.push_back(1024);
@@ -192,17 +221,17 @@ int main(int argc, char **argv) {
                 "# bytes: what rank 0 put on the wire per step (world + the variant's groups), MB; cross: the part\n"
                 "# sent to other nodes; ratios against %s\n",
                 world->size(), nodes.ranks_per_node, nodes.nodes, millions, sizes.size(), steps, kVariants[0].name);
-    std::printf("%-10s %10s %10s %10s %10s %9s %9s %9s %9s\n", "variant", "bytes MB", "world MB", "group MB",
-                "cross MB", "step ms", "bytes x", "cross x", "time x");
+    std::printf("%-10s %10s %10s %10s %10s %9s %9s %9s %9s %9s %9s\n", "variant", "bytes MB", "world MB", "group MB",
+                "cross MB", "step ms", "bytes x", "cross x", "time x", "gather x", "grad x");
     const Row &base = rows[0];
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row &r = rows[i];
       const double bytes = r.world.total + r.group.total, cross = r.world.cross + r.group.cross;
       const double base_bytes = base.world.total + base.group.total, base_cross = base.world.cross + base.group.cross;
-      std::printf("%-10s %10.3f %10.3f %10.3f %10.3f %9.2f %9.3f %9s %9.3f\n", kVariants[i].name, bytes / 1e6,
-                  r.world.total / 1e6, r.group.total / 1e6, cross / 1e6, r.seconds * 1e3, bytes / base_bytes,
+      std::printf("%-10s %10.3f %10.3f %10.3f %10.3f %9.2f %9.3f %9s %9.3f %9.3f %9.3f\n", kVariants[i].name,
+                  bytes / 1e6, r.world.total / 1e6, r.group.total / 1e6, cross / 1e6, r.seconds * 1e3, bytes / base_bytes,
                   base_cross > 0 ? std::to_string(cross / base_cross).substr(0, 5).c_str() : "-",
-                  r.seconds / base.seconds);
+                  r.seconds / base.seconds, r.gather / base.gather, r.gradient / base.gradient);
     }
   }
   world.reset();

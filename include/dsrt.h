@@ -33,6 +33,15 @@
 ** Exceptions.  No C++ exception, abort() or exit() ever crosses this interface. Out-of-memory
 **   inside the library is reported as DSRT_ERR_OUT_OF_MEMORY.
 **
+** Status lists.  Each function's comment lists the codes it returns. Two more may come from any
+**   function returning dsrt_status, and are not repeated: DSRT_ERR_OUT_OF_MEMORY (host memory ran
+**   out) and DSRT_ERR_INTERNAL (a bug in dsrt). scripts/check-header-docs.py (ctest
+**   check_header_docs) fails when a function's comment lists no code.
+**
+** Experimental.  The calls in a section whose banner says EXPERIMENTAL are exported and tested
+**   like the others, but their names, arguments or meaning may still change in a minor version
+**   (the banner says why); everything else follows the compatibility rule below.
+**
 ** Compatibility.  Programs built against version MAJOR.x work with any library of the same MAJOR
 **   (the SONAME is libdsrt.so.MAJOR). Structs that cross the interface start with a struct_size
 **   field which the caller sets to sizeof(the struct it was compiled with); fields are only ever
@@ -129,6 +138,7 @@ DSRT_API int32_t dsrt_has_feature(const char *name);
 #define DSRT_LOG_INFO 2
 #define DSRT_LOG_DEBUG 3
 typedef void (*dsrt_log_fn)(int32_t level, const char *msg, void *user);
+/* Set (or, with fn NULL, clear) the process's log callback, as described above. Never fails. */
 DSRT_API void dsrt_set_log_callback(dsrt_log_fn fn, void *user);
 
 /* ------------------------------------------------------------------------------------------------
@@ -163,11 +173,12 @@ typedef struct dsrt_checkpoint dsrt_checkpoint;
 */
 
 /* Parse JSON text (NUL-terminated). On DSRT_ERR_CONFIG the message lists every error with its key
-** path (or line and column for a syntax error). *out is NULL on failure. */
+** path (or line and column for a syntax error). *out is NULL on failure.
+** Returns DSRT_OK, DSRT_ERR_INVALID_ARGUMENT (NULL json or out), DSRT_ERR_CONFIG. */
 DSRT_API dsrt_status dsrt_config_parse(const char *json, dsrt_config **out);
 
 /* Read and parse a file. DSRT_ERR_IO if it cannot be read; otherwise as dsrt_config_parse, with
-** the file name in every message. */
+** the file name in every message. Also DSRT_ERR_INVALID_ARGUMENT (NULL path or out). */
 DSRT_API dsrt_status dsrt_config_load(const char *path, dsrt_config **out);
 
 /* Set or resolve one value by dotted key path ("optimizer.params.lr", "zero_optimization.stage",
@@ -180,44 +191,52 @@ DSRT_API dsrt_status dsrt_config_set_bool(dsrt_config *config, const char *key_p
 
 /* Resolve the hidden-size "auto"s the way Accelerate and the HF Trainer do:
 ** zero_optimization.reduce_bucket_size = h*h, stage3_prefetch_bucket_size = 0.9*h*h,
-** stage3_param_persistence_threshold = 10*h. Only keys that are "auto" are changed. h must be > 0. */
+** stage3_param_persistence_threshold = 10*h. Only keys that are "auto" are changed.
+** Returns DSRT_OK; DSRT_ERR_INVALID_ARGUMENT (NULL config, h outside 1..94906265, where h*h would
+** not be exact); DSRT_ERR_CONFIG (a resolved value out of its key's range). */
 DSRT_API dsrt_status dsrt_config_set_hidden_size(dsrt_config *config, int64_t hidden_size);
 
 /* Apply the batch rule train_batch_size = train_micro_batch_size_per_gpu *
 ** gradient_accumulation_steps * world_size, deriving a missing term as DeepSpeed does.
 ** DSRT_ERR_CONFIG, showing the three numbers, if they are inconsistent. dsrt_engine_create applies
-** it with the communicator's world size; call it directly to check a config offline. */
+** it with the communicator's world size; call it directly to check a config offline.
+** Also DSRT_ERR_INVALID_ARGUMENT (NULL config, world_size < 1). */
 DSRT_API dsrt_status dsrt_config_set_world_size(dsrt_config *config, int32_t world_size);
 
 /* The effective value of a numeric or boolean key (booleans give 0 or 1), defaults filled in.
-** DSRT_ERR_CONFIG if the key is unknown, is not a number, or is still "auto". */
+** DSRT_ERR_CONFIG if the key is unknown, is not a number, or is still "auto";
+** DSRT_ERR_INVALID_ARGUMENT for a NULL argument (*out is then 0). */
 DSRT_API dsrt_status dsrt_config_get_number(const dsrt_config *config, const char *key_path, double *out);
 
 /* The effective value of a string key (e.g. "optimizer.type", "zero_optimization.offload_param.device").
 ** *out is a new string; free it with dsrt_free. By contract any scalar key can be read this way: a
 ** numeric key gives DSRT_OK and its value as text (the shortest form that reads back, "0.00025",
 ** "8"), a boolean "true" or "false". DSRT_ERR_CONFIG if the key is unknown, a section, has no value
-** or is still "auto". */
+** or is still "auto"; DSRT_ERR_INVALID_ARGUMENT for a NULL argument. */
 DSRT_API dsrt_status dsrt_config_get_string(const dsrt_config *config, const char *key_path, char **out);
 
 /* The effective configuration as pretty-printed JSON, every value in force (defaults filled in,
-** "auto" kept where unresolved). *out is a new string; free it with dsrt_free. */
+** "auto" kept where unresolved). *out is a new string; free it with dsrt_free.
+** Returns DSRT_OK, DSRT_ERR_INVALID_ARGUMENT (NULL config or out). */
 DSRT_API dsrt_status dsrt_config_to_json(const dsrt_config *config, char **out);
 
-/* The dotted paths of values still "auto", one per line ("" when none). Free with dsrt_free. */
+/* The dotted paths of values still "auto", one per line ("" when none). Free with dsrt_free.
+** Returns DSRT_OK, DSRT_ERR_INVALID_ARGUMENT (NULL config or out). */
 DSRT_API dsrt_status dsrt_config_unresolved(const dsrt_config *config, char **out);
 
 /* Warnings found while reading (deprecated aliases, misplaced sections), one per line, "" if none.
-** They are also logged at warn level. Free with dsrt_free. */
+** They are also logged at warn level. Free with dsrt_free.
+** Returns DSRT_OK, DSRT_ERR_INVALID_ARGUMENT (NULL config or out). */
 DSRT_API dsrt_status dsrt_config_warnings(const dsrt_config *config, char **out);
 
+/* Free a config. Accepts NULL. Engines created from it keep their own copy. */
 DSRT_API void dsrt_config_destroy(dsrt_config *config);
 
 /* ------------------------------------------------------------------------------------------------
 ** COMMUNICATOR -- the group of ranks an engine partitions over
 */
 
-/* A world of one rank (no MPI needed). */
+/* A world of one rank (no MPI needed). Returns DSRT_OK, DSRT_ERR_INVALID_ARGUMENT (out is NULL). */
 DSRT_API dsrt_status dsrt_comm_create_local(dsrt_comm **out);
 
 /* The world this process was launched into: mpirun/Open MPI (OMPI_COMM_WORLD_*), srun/PMI
@@ -247,7 +266,8 @@ DSRT_API dsrt_status dsrt_comm_create_nccl(const void *id128, int32_t rank, int3
 DSRT_API int32_t dsrt_comm_rank(const dsrt_comm *comm);
 DSRT_API int32_t dsrt_comm_world_size(const dsrt_comm *comm);
 
-/* Block until every rank reaches the barrier (or the timeout passes: DSRT_ERR_COMM). */
+/* Block until every rank reaches the barrier (or the timeout passes: DSRT_ERR_COMM).
+** DSRT_ERR_INVALID_ARGUMENT for a NULL comm. */
 DSRT_API dsrt_status dsrt_comm_barrier(dsrt_comm *comm);
 
 /* Release the caller's reference. Engines created on it keep it alive until they are destroyed. */
@@ -262,12 +282,20 @@ DSRT_API void dsrt_comm_destroy(dsrt_comm *comm);
 */
 
 /* Create an engine from a configuration (copied) and a communicator (NULL = a world of one).
-** DSRT_ERR_CONFIG for an unresolved "auto", inconsistent batch sizes, or an unusable setting. */
+** Returns DSRT_OK; DSRT_ERR_INVALID_ARGUMENT (NULL config or out, an invalid comm handle);
+** DSRT_ERR_CONFIG (an unresolved "auto", inconsistent batch sizes at the communicator's world
+** size, or a setting the engine refuses: what dsrt_config_check reports); DSRT_ERR_UNSUPPORTED (an
+** enabled feature dsrt does not implement; CUDA asked in a build without it); DSRT_ERR_DEVICE (no
+** usable GPU for DSRT_DEVICE=cuda); DSRT_ERR_IO (csv_monitor's folder cannot be created);
+** DSRT_ERR_COMM (staging a host communicator for the device failed). *out is NULL on failure. */
 DSRT_API dsrt_status dsrt_engine_create(const dsrt_config *config, dsrt_comm *comm, dsrt_engine **out);
 
 /* Register a parameter. name must be unique; shape holds ndim (0..8) positive sizes. init is the
 ** full fp32 value on the host, identical on every rank (or NULL for zeros); it is copied. The
-** tensor handle is owned by the engine and valid until the engine is destroyed. */
+** tensor handle is owned by the engine and valid until the engine is destroyed. out may be NULL.
+** Returns DSRT_OK; DSRT_ERR_INVALID_ARGUMENT (NULL engine or name, empty or taken name, ndim outside
+** 0..8, NULL shape with ndim > 0, a size < 1, more than 2^40 elements, non-finite init);
+** DSRT_ERR_STATE (engine already built, or unusable after a failed collective). */
 DSRT_API dsrt_status dsrt_engine_add_param(dsrt_engine *engine, const char *name, const int64_t *shape,
                                            int32_t ndim, const float *init, dsrt_tensor **out);
 
@@ -277,11 +305,13 @@ DSRT_API dsrt_status dsrt_engine_add_param(dsrt_engine *engine, const char *name
 ** from every trainable and frozen tensor's). Before build only; every rank registers the same
 ** frozen tensors in the same order (build: DSRT_ERR_COMM otherwise). Same thread rules as
 ** add_param (one thread per engine).
-** Storage: at ZeRO stages 0-2 (and on one rank) every rank keeps the whole working copy; at stage
-** 3 on W ranks each rank keeps ceil(n/W) elements, and dsrt_tensor_acquire all-gathers the tensor
-** (a collective: every rank acquires the same frozen tensors in the same order) into a copy that
-** the last dsrt_tensor_release frees (no prefetch, no reuse cache: each acquire after a release
-** gathers again). offload_param does not apply to them: their shards stay in device memory.
+** Storage: at ZeRO stages 0-2 every rank keeps the whole working copy; at stage 3 on W ranks
+** (W = 1 included) each rank keeps ceil(n/W) elements, and dsrt_tensor_acquire all-gathers the
+** tensor (a collective: every rank acquires the same tensors in the same order) exactly as it does
+** a trainable tensor: the gathers follow the recorded acquire order with prefetching, reuse,
+** stage3_max_live_parameters and stage3_param_persistence_threshold applying to frozen tensors
+** too. With zero_optimization.offload_param ("cpu" or "nvme") a non-persistent frozen tensor's
+** shard lives in host memory or on NVMe beside the trainable shards, read back on each gather.
 ** Calls on the handle: acquire/release as above; dsrt_tensor_read_fp32 returns the working copy
 ** widened to fp32 (collective at stage 3); dsrt_tensor_write_fp32 sets it (rounded to the working
 ** dtype); dsrt_tensor_grad, dsrt_tensor_grad_ready and dsrt_tensor_set_group return
@@ -297,20 +327,30 @@ DSRT_API dsrt_status dsrt_engine_add_frozen_param(dsrt_engine *engine, const cha
                                                   int32_t ndim, const float *init, dsrt_tensor **out);
 
 /* After the last add_param: checks that all ranks registered the same tensors, partitions,
-** allocates and places every state (device, host, NVMe). DSRT_ERR_COMM if ranks disagree. */
+** allocates and places every state (device, host, NVMe). Collective.
+** Returns DSRT_OK; DSRT_ERR_INVALID_ARGUMENT (NULL engine); DSRT_ERR_STATE (already built,
+** unusable); DSRT_ERR_COMM (ranks registered different tensors or groups, or a collective failed);
+** DSRT_ERR_CONFIG (an NVMe-offloaded parameter shard larger than offload_param.buffer_size);
+** DSRT_ERR_IO (the NVMe swap files cannot be created or written); DSRT_ERR_DEVICE (a CUDA call
+** failed); DSRT_ERR_OUT_OF_MEMORY (device or pinned memory too). */
 DSRT_API dsrt_status dsrt_engine_build(dsrt_engine *engine);
 
 /* The CUDA stream (a cudaStream_t) the host computes on; dsrt orders its work after the host's work
-** on it with events. Ignored by CPU engines. Call before build. */
+** on it with events. Ignored by CPU engines. Call before build.
+** Returns DSRT_OK, DSRT_ERR_INVALID_ARGUMENT (NULL engine), DSRT_ERR_STATE (after build). */
 DSRT_API dsrt_status dsrt_engine_set_stream(dsrt_engine *engine, void *cuda_stream);
 
-/* Where this engine's working copies and gradient buffers live: type and device ordinal. */
+/* Where this engine's working copies and gradient buffers live: type and device ordinal.
+** Returns DSRT_OK, DSRT_ERR_INVALID_ARGUMENT (NULL engine, device_type or device_index). */
 DSRT_API dsrt_status dsrt_engine_device(const dsrt_engine *engine, int32_t *device_type, int32_t *device_index);
 
 /* The full working copy of a tensor (16-bit under fp16/bf16, else fp32), row-major, on the
 ** engine's device. Under ZeRO-3 this gathers the tensor (prefetching along the recorded order);
 ** the pointer is valid until dsrt_tensor_release. Acquires nest (counted). At other stages the
-** pointer stays valid until destroy and release only ends the bracket. */
+** pointer stays valid until destroy and release only ends the bracket. dtype may be NULL.
+** Returns DSRT_OK; DSRT_ERR_INVALID_ARGUMENT (NULL tensor or data); DSRT_ERR_STATE (before build,
+** unusable engine, release without acquire); at stage 3 also DSRT_ERR_COMM (the gather failed),
+** DSRT_ERR_IO (reading an NVMe-offloaded shard) and DSRT_ERR_DEVICE. */
 DSRT_API dsrt_status dsrt_tensor_acquire(dsrt_tensor *tensor, void **data, dsrt_dtype *dtype);
 DSRT_API dsrt_status dsrt_tensor_release(dsrt_tensor *tensor);
 
@@ -320,11 +360,15 @@ DSRT_API dsrt_status dsrt_tensor_release(dsrt_tensor *tensor);
 ** micro-step. dsrt averages over ranks and over gradient_accumulation_steps micro-steps (see
 ** dsrt_engine_set_scale_wrt_gas). Requesting the buffer again after grad_ready, before
 ** dsrt_engine_step, starts a new micro-step of the same accumulation window (a second backward per
-** step call); the buffer is then zeroed again. */
+** step call); the buffer is then zeroed again. dtype may be NULL.
+** Returns DSRT_OK; DSRT_ERR_INVALID_ARGUMENT (NULL tensor or grad); DSRT_ERR_STATE (before build, a
+** frozen tensor, grad_ready twice in a micro-step, unusable engine); DSRT_ERR_COMM (a bucket's
+** reduction failed); DSRT_ERR_DEVICE. */
 DSRT_API dsrt_status dsrt_tensor_grad(dsrt_tensor *tensor, void **grad, dsrt_dtype *dtype);
 DSRT_API dsrt_status dsrt_tensor_grad_ready(dsrt_tensor *tensor);
 
-/* The factor the host multiplies its loss by before backward (1.0 without fp16). */
+/* The factor the host multiplies its loss by before backward (1.0 without fp16).
+** Returns DSRT_OK, DSRT_ERR_INVALID_ARGUMENT (NULL engine or out). */
 DSRT_API dsrt_status dsrt_engine_loss_scale(const dsrt_engine *engine, double *out);
 
 typedef struct {
@@ -343,21 +387,34 @@ typedef struct {
 ** signalled ready count as zero. At the accumulation boundary (every gradient_accumulation_steps-th
 ** call, or where the host says: dsrt_engine_set_accumulation_boundary): reduction, overflow check,
 ** unscale, clipping, the optimizer, the 16-bit copy, the scheduler and the loss scaler. out may
-** be NULL. DSRT_ERR_COMM if a rank fails or disagrees. */
+** be NULL; the library writes no more than out->struct_size bytes.
+** Returns DSRT_OK; DSRT_ERR_INVALID_ARGUMENT (NULL engine, out->struct_size < 8); DSRT_ERR_STATE
+** (before build, unusable engine); DSRT_ERR_COMM (a rank fails or disagrees; the engine is then
+** unusable); DSRT_ERR_IO (NVMe-offloaded states); DSRT_ERR_DEVICE. */
 DSRT_API dsrt_status dsrt_engine_step(dsrt_engine *engine, dsrt_step_result *out);
 
-/* Optimizer steps so far (skipped included) and the current learning rate. */
+/* Optimizer steps so far (skipped included) and the current learning rate.
+** Returns DSRT_OK, DSRT_ERR_INVALID_ARGUMENT (NULL engine or out). */
 DSRT_API dsrt_status dsrt_engine_global_step(const dsrt_engine *engine, int64_t *out);
 DSRT_API dsrt_status dsrt_engine_get_lr(const dsrt_engine *engine, double *out);
 
-/* The full fp32 master value (bf16 masters, bf16.bf16_master_weights_and_grads: widened exactly), gathered
-** from all ranks (collective under ZeRO: every rank calls it for the same tensor). count: dsrt_tensor_numel. */
+/* The full fp32 master value (bf16 masters, bf16.bf16_master_weights_and_grads: widened exactly),
+** gathered from all ranks (collective under ZeRO: every rank calls it for the same tensor). count
+** must equal dsrt_tensor_numel.
+** Returns DSRT_OK; DSRT_ERR_INVALID_ARGUMENT (NULL tensor or out, count differs); DSRT_ERR_STATE
+** (before build, unusable engine); DSRT_ERR_COMM; DSRT_ERR_IO (NVMe-offloaded states);
+** DSRT_ERR_DEVICE. */
 DSRT_API dsrt_status dsrt_tensor_read_fp32(dsrt_tensor *tensor, float *out, uint64_t count);
 
-/* Overwrite master and working copy (every rank passes the same full value; collective; bf16 masters: rounded). */
+/* Overwrite master and working copy (every rank passes the same full value; collective; bf16
+** masters: rounded to the nearest bf16).
+** Returns DSRT_OK; DSRT_ERR_INVALID_ARGUMENT (NULL tensor or src, count differs from numel, a
+** non-finite value); DSRT_ERR_STATE (before build, unusable engine); DSRT_ERR_COMM; DSRT_ERR_IO;
+** DSRT_ERR_DEVICE. */
 DSRT_API dsrt_status dsrt_tensor_write_fp32(dsrt_tensor *tensor, const float *src, uint64_t count);
 
-/* Accessors. name is owned by the engine; ndim and numel give -1 for NULL. shape writes ndim values. */
+/* Accessors. name is owned by the engine (NULL for a NULL tensor); ndim and numel give -1 for
+** NULL. shape writes ndim values: DSRT_OK, or DSRT_ERR_INVALID_ARGUMENT for a NULL tensor or out. */
 DSRT_API const char *dsrt_tensor_name(const dsrt_tensor *tensor);
 DSRT_API int32_t dsrt_tensor_ndim(const dsrt_tensor *tensor);
 DSRT_API dsrt_status dsrt_tensor_shape(const dsrt_tensor *tensor, int64_t *out);
@@ -378,6 +435,8 @@ typedef struct {
 } dsrt_memory_stats;
 /* An initializer that sets struct_size and zeroes the rest: dsrt_memory_stats m = DSRT_MEMORY_STATS_INIT; */
 #define DSRT_MEMORY_STATS_INIT {sizeof(dsrt_memory_stats), {0}, {0}, {0}, {0}, {0}}
+/* Fill *out (no more than out->struct_size bytes). Any time after create (zeros before build).
+** Returns DSRT_OK, DSRT_ERR_INVALID_ARGUMENT (NULL engine or out, out->struct_size < 8). */
 DSRT_API dsrt_status dsrt_engine_memory(const dsrt_engine *engine, dsrt_memory_stats *out);
 
 /* ------------------------------------------------------------------------------------------------
@@ -404,12 +463,13 @@ DSRT_API dsrt_status dsrt_engine_memory(const dsrt_engine *engine, dsrt_memory_s
 
 /* The host's loss for this micro-step, as its model computed it (not multiplied by the loss
 ** scale nor divided by gradient_accumulation_steps). Call it once per micro-step, before
-** dsrt_engine_step. nan and inf are recorded as they are. DSRT_ERR_STATE before build. */
+** dsrt_engine_step. nan and inf are recorded as they are. DSRT_ERR_STATE before build;
+** DSRT_ERR_INVALID_ARGUMENT for a NULL engine. */
 DSRT_API dsrt_status dsrt_engine_report_loss(dsrt_engine *engine, double loss);
 
 /* Seconds the host spent in this micro-step's forward or backward, for wall_clock_breakdown's
-** events. DSRT_ERR_INVALID_ARGUMENT for another phase or a negative or non-finite duration;
-** DSRT_ERR_STATE before build. */
+** events. DSRT_ERR_INVALID_ARGUMENT for a NULL engine, another phase or a negative or non-finite
+** duration; DSRT_ERR_STATE before build. */
 #define DSRT_HOST_FORWARD 0
 #define DSRT_HOST_BACKWARD 1
 DSRT_API dsrt_status dsrt_engine_report_host_time(dsrt_engine *engine, int32_t phase, double seconds);
@@ -417,11 +477,17 @@ DSRT_API dsrt_status dsrt_engine_report_host_time(dsrt_engine *engine, int32_t p
 /* The events the last dsrt_engine_step produced, one "name,value,step" line each ("" when that
 ** call was not a boundary, or before the first step); values have the shortest digits that read
 ** back exactly ("nan", "inf" for those). Every rank gets its own (DeepSpeed's monitors write rank
-** 0's). *out is a new string; free it with dsrt_free. DSRT_ERR_STATE before build. */
+** 0's). *out is a new string; free it with dsrt_free. DSRT_ERR_STATE before build;
+** DSRT_ERR_INVALID_ARGUMENT for a NULL engine or out. */
 DSRT_API dsrt_status dsrt_engine_events(const dsrt_engine *engine, char **out);
 
 /* ------------------------------------------------------------------------------------------------
-** PARAMETER GROUPS AND HOST-DRIVEN HYPERPARAMETERS
+** PARAMETER GROUPS AND HOST-DRIVEN HYPERPARAMETERS -- EXPERIMENTAL
+** Why: the hyperparameters are named by strings whose set grows with the optimizers being added
+** (1-bit optimizers, bf16 modes), and who owns a value when the config has a scheduler (today
+** DSRT_ERR_STATE for the host) may become a per-group choice. Frozen tensors and host-driven
+** accumulation boundaries are settled: they follow DeepSpeed's requires_grad=False and
+** set_gradient_accumulation_boundary, and checkpoints already record the frozen flag.
 **
 ** Every tensor belongs to a parameter group (group 0 unless dsrt_tensor_set_group says otherwise).
 ** Each group has its own optimizer hyperparameters; group 0 and every added group start as the
@@ -537,17 +603,21 @@ DSRT_API dsrt_status dsrt_engine_create_with_options(const dsrt_config *config, 
 */
 
 /* Bytes the host wants stored with the next checkpoint (like DeepSpeed's client_state); copied.
-** size 0 clears it. */
+** size 0 clears it. Returns DSRT_OK, DSRT_ERR_INVALID_ARGUMENT (NULL engine, NULL data with size > 0). */
 DSRT_API dsrt_status dsrt_engine_set_client_state(dsrt_engine *engine, const void *data, uint64_t size);
 
 /* The client state restored by the last load (or set last). *data is owned by the engine and valid
-** until the next set/load/destroy; *size is 0 when there is none. */
+** until the next set/load/destroy; *size is 0 when there is none.
+** Returns DSRT_OK, DSRT_ERR_INVALID_ARGUMENT (NULL engine, data or size). */
 DSRT_API dsrt_status dsrt_engine_client_state(const dsrt_engine *engine, const void **data, uint64_t *size);
 
 /* Save (collective). tag NULL gives "global_step<N>". DSRT_ERR_IO names the file on failure; the
 ** previous checkpoint is untouched. Publication is one step: on DSRT_OK the tag and dir/latest name
 ** the new checkpoint; on failure both are as before and no temporary file is left. The tag must be
-** a plain folder name; "latest" and "latest.<anything>" are reserved (DSRT_ERR_INVALID_ARGUMENT). */
+** a plain folder name; "latest" and "latest.<anything>" are reserved (DSRT_ERR_INVALID_ARGUMENT,
+** as are a NULL engine or dir). Also DSRT_ERR_STATE (before build, inside an accumulation window,
+** unusable engine) and
+** DSRT_ERR_COMM (a rank failed: the save is not published on any rank). */
 DSRT_API dsrt_status dsrt_engine_save_checkpoint(dsrt_engine *engine, const char *dir, const char *tag);
 
 /* Load (collective) into a built engine with the same tensors. tag NULL reads dir/latest.
@@ -555,29 +625,82 @@ DSRT_API dsrt_status dsrt_engine_save_checkpoint(dsrt_engine *engine, const char
 ** range-checked); on such a failure nothing has been changed. Only a failure while writing the
 ** verified state into the engine (DSRT_ERR_IO: a swap disk full half-way through NVMe-offloaded
 ** states) can leave a mix of old and new values; the engine is then unusable (every call returns
-** DSRT_ERR_STATE) until a load succeeds. */
+** DSRT_ERR_STATE) until a load succeeds. Also DSRT_ERR_INVALID_ARGUMENT (NULL engine or dir),
+** DSRT_ERR_STATE (before build, inside an accumulation window), DSRT_ERR_COMM (a rank failed;
+** every rank then fails alike). */
 DSRT_API dsrt_status dsrt_engine_load_checkpoint(dsrt_engine *engine, const char *dir, const char *tag);
 
 /* Write the gathered 16-bit working weights of every tensor as one safetensors file (collective;
-** rank 0 writes). This is stage3_gather_16bit_weights_on_model_save, never silently empty. */
+** rank 0 writes). This is stage3_gather_16bit_weights_on_model_save, never silently empty.
+** Returns DSRT_OK; DSRT_ERR_INVALID_ARGUMENT (NULL engine or path); DSRT_ERR_STATE (before build,
+** no tensors, unusable engine); DSRT_ERR_IO (the file cannot be written; the message names it); DSRT_ERR_COMM. */
 DSRT_API dsrt_status dsrt_engine_save_16bit_model(dsrt_engine *engine, const char *path);
 
 /* Offline access to a checkpoint, without an engine, at any world size. Memory stays near the
 ** largest tensor whatever the model size. The tensors are the trainable ones (their fp32 masters)
-** in registration order, then the frozen ones (dsrt_engine_add_frozen_param; their saved values). */
+** in registration order, then the frozen ones (dsrt_engine_add_frozen_param; their saved values).
+** open: tag NULL reads dir/latest. Returns DSRT_OK; DSRT_ERR_INVALID_ARGUMENT (NULL dir or out);
+** DSRT_ERR_IO (a file cannot be read); DSRT_ERR_CHECKPOINT (missing, corrupt or inconsistent
+** files, naming which). *out is NULL on failure. */
 DSRT_API dsrt_status dsrt_checkpoint_open(const char *dir, const char *tag, dsrt_checkpoint **out);
 DSRT_API int64_t dsrt_checkpoint_num_tensors(const dsrt_checkpoint *ckpt); /* -1 for NULL */
 DSRT_API const char *dsrt_checkpoint_tensor_name(const dsrt_checkpoint *ckpt, int64_t index); /* NULL if out of range */
-/* Shape of a named tensor: *ndim receives the rank; shape (may be NULL) receives up to 8 sizes. */
+/* Shape of a named tensor: *ndim receives the rank; shape (may be NULL) receives up to 8 sizes.
+** Returns DSRT_OK, DSRT_ERR_INVALID_ARGUMENT (NULL ckpt, name or ndim; no tensor of that name). */
 DSRT_API dsrt_status dsrt_checkpoint_tensor_shape(const dsrt_checkpoint *ckpt, const char *name,
                                                   int64_t *shape, int32_t *ndim);
+/* The named tensor's fp32 value; count must equal its element count. Returns DSRT_OK;
+** DSRT_ERR_INVALID_ARGUMENT (NULL argument, unknown name, count differs); DSRT_ERR_IO;
+** DSRT_ERR_CHECKPOINT (a shard fails its checksum or size checks). */
 DSRT_API dsrt_status dsrt_checkpoint_read_tensor_fp32(dsrt_checkpoint *ckpt, const char *name, float *out,
                                                       uint64_t count);
 /* Consolidate every tensor into one safetensors file of the given dtype, streaming (written to
 ** path.tmp, renamed when complete; removed on failure). dtype other than DSRT_F32, DSRT_F16 or
-** DSRT_BF16 (any integer a C caller passes): DSRT_ERR_INVALID_ARGUMENT. */
+** DSRT_BF16 (any integer a C caller passes): DSRT_ERR_INVALID_ARGUMENT, as are a NULL ckpt or path.
+** Also DSRT_ERR_IO (the file cannot be written) and DSRT_ERR_CHECKPOINT (a shard fails its
+** checks; nothing is left at path). */
 DSRT_API dsrt_status dsrt_checkpoint_export_safetensors(dsrt_checkpoint *ckpt, const char *path, dsrt_dtype dtype);
 DSRT_API void dsrt_checkpoint_close(dsrt_checkpoint *ckpt);
+
+/* ------------------------------------------------------------------------------------------------
+** CONFIG CHECKS -- what `dsrt config check` and `dsrt config show` report, for any host
+*/
+
+/* DSRT_OK when dsrt_engine_create would accept this config as far as the config alone decides;
+** otherwise the status and message (dsrt_last_error_message) dsrt_engine_create would return for
+** it: DSRT_ERR_CONFIG (an "auto" still unresolved, inconsistent batch sizes, a setting the engine
+** refuses, e.g. stage3_max_live_parameters 0 or SGD nesterov without momentum) or
+** DSRT_ERR_UNSUPPORTED (an enabled feature dsrt does not implement, listed one per line).
+** world_size: the world size to apply the batch rule for; 0 takes the one dsrt_config_set_world_size
+** gave, else the one the three batch terms imply (1 when they do not give all three).
+** What needs the running program (the tensors' sizes against the offload buffers, the device, the
+** communicator) is checked later by dsrt_engine_create and dsrt_engine_build; docs/config.md
+** lists those checks. The config is not changed. Threads: as every config call.
+** Returns DSRT_OK, DSRT_ERR_INVALID_ARGUMENT (NULL config, negative world_size), DSRT_ERR_CONFIG,
+** DSRT_ERR_UNSUPPORTED, DSRT_ERR_OUT_OF_MEMORY. */
+DSRT_API dsrt_status dsrt_config_check(const dsrt_config *config, int32_t world_size);
+
+/* The enabled features dsrt does not implement, one message per line naming the key, its value and
+** what to do ("" when none); while one is listed, dsrt_engine_create fails with
+** DSRT_ERR_UNSUPPORTED. *out is a new string; free it with dsrt_free.
+** Returns DSRT_OK, DSRT_ERR_INVALID_ARGUMENT (NULL config or out), DSRT_ERR_OUT_OF_MEMORY. */
+DSRT_API dsrt_status dsrt_config_unsupported(const dsrt_config *config, char **out);
+
+/* How the host resolves the value at key_path if it is "auto": the setter to call (for example
+** "dsrt_config_set_hidden_size, or dsrt_config_set_number"). *out is a new string; free it with
+** dsrt_free. Returns DSRT_OK, DSRT_ERR_INVALID_ARGUMENT (a NULL argument), DSRT_ERR_CONFIG (an
+** unknown key, or one this config's optimizer/scheduler type does not have),
+** DSRT_ERR_OUT_OF_MEMORY. */
+DSRT_API dsrt_status dsrt_config_resolve_hint(const dsrt_config *config, const char *key_path, char **out);
+
+/* The effective config as DeepSpeed JSON that DeepSpeed 0.19 itself accepts: every key DeepSpeed
+** has, with the value in force. Keys that are dsrt's only, and the optimizer/scheduler parameters
+** the config does not give (DeepSpeed hands those sections to constructors that refuse unknown
+** names), are left out of *json and listed in *dsrt_only, one "path = value  (why)" per line
+** ("" when none). dsrt_only may be NULL. Both are new strings; free them with dsrt_free (on
+** failure both are NULL). Returns DSRT_OK, DSRT_ERR_INVALID_ARGUMENT (NULL config or json),
+** DSRT_ERR_OUT_OF_MEMORY. */
+DSRT_API dsrt_status dsrt_config_to_deepspeed_json(const dsrt_config *config, char **json, char **dsrt_only);
 
 /* Destroy the engine, its tensors and its swap files. Accepts NULL. */
 DSRT_API void dsrt_engine_destroy(dsrt_engine *engine);

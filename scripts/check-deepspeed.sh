@@ -16,7 +16,10 @@
 #   DSRT_PARITY_CASES       a space-separated subset of the cases (default: all)
 #   DSRT_PARITY_OUT         write the markdown table there too
 #   DSRT_PARITY_BENCH_WIDTH also print step times side by side (a bench, not a test) on an MLP of
-#                           3 * WIDTH^2 parameters (1536: 7M; 2560: 20M)
+#                           3 * WIDTH^2 parameters (1536: 7M; 2560: 20M; 4096: 50M); several
+#                           widths separated by spaces run one after another
+#   DSRT_PARITY_BENCH_RANKS the bench's rank counts (default: 1; e.g. "1 2")
+#   DSRT_PARITY_BENCH_REPEAT runs per engine and case, alternating which goes first (default: 1)
 # Exits 0 with a message, running nothing, when the packages cannot be fetched (no network).
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
@@ -105,7 +108,9 @@ PYTHONPATH=$build/python DSRT_BUILD_DIR=$build "$venv/bin/python" "$repo/scripts
 
 if [ -n "${DSRT_PARITY_BENCH_WIDTH:-}" ]; then
   echo "== step time side by side (bench)"
+  read -r -a widths <<<"$DSRT_PARITY_BENCH_WIDTH"
+  read -r -a bench_ranks <<<"${DSRT_PARITY_BENCH_RANKS:-1}"
   PYTHONPATH=$build/python DSRT_BUILD_DIR=$build "$venv/bin/python" "$repo/scripts/deepspeed_bench.py" \
-    --width "$DSRT_PARITY_BENCH_WIDTH"
+    --width "${widths[@]}" --ranks "${bench_ranks[@]}" --repeat "${DSRT_PARITY_BENCH_REPEAT:-1}"
 fi
 exit $status

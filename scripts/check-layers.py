@@ -21,6 +21,7 @@ LAYERS = [
     "config",   # DeepSpeed JSON -> TrainConfig
     "monitor",  # DeepSpeed monitor events and the csv_monitor writer
     "optim",    # CPU optimizer kernels and the optimizer backends
+    "quant",    # block quantization kernels (ZeRO++ qwZ/qgZ): reuse optim's vector types and ISA choice
     "offload",  # pinned pools, NVMe swapping of states and parameters
     "zero",     # partitioning, gradient reduction, parameter gathering
     "engine",   # the training step
@@ -40,9 +41,6 @@ ALLOWED = [
     ("cuda/fused_optimizers.cu", "optim/step_constants.h",
      "the CUDA optimizer reads the CPU kernels' OptimizerHyper/OptimizerSlice and folds its per-step "
      "constants with their code, for identical bits (optim is being reworked for parameter groups, #17)"),
-    ("tools/cmd_config.cpp", "config/config.h",
-     "`dsrt config check` prints unsupported keys and how to resolve each, which the C API does not "
-     "expose yet; the config check is being reworked (#18)"),
     ("tools/cmd_aio_bench.cpp", "util/aligned_buffer.h",
      "the aio benchmark uses the aio layer directly (allowed) and its aligned buffers"),
 ]

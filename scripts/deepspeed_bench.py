@@ -1,11 +1,17 @@
 #!/usr/bin/env python3
 """Step time side by side, DeepSpeed and dsrt's PyTorch front (a bench, not a test): the whole step
 (forward, backward, step) and engine.step() alone, median over the steps after the first, each
-engine in its own process through `deepspeed_parity.py run`, one rank, stage 2 and 3, with and
-without CPU offload, on an MLP of 3 * width^2 parameters. Run by scripts/check-deepspeed.sh when
+engine in its own processes through `deepspeed_parity.py run`, at stage 2 and 3, with and without
+CPU offload (stage 3's offload moves the parameters too), on an MLP of 3 * width^2 parameters and
+change, at one or more widths and rank counts. The two engines alternate (which one goes first
+flips from one pair of runs to the next) and each figure is the median over the repetitions. Both engines get the
+same OMP_NUM_THREADS: --threads when given, else 1 per rank with several ranks and the default
+(all cores) with one. On a shared machine the wall times move with its load; the CPU-time
+columns (rank 0's process, all its threads) move less. Run by scripts/check-deepspeed.sh when
 DSRT_PARITY_BENCH_WIDTH is set.
 
-    deepspeed_bench.py [--width 1536] [--steps 6] [--out FILE]"""
+    deepspeed_bench.py [--width 1536 ...] [--ranks 1 ...] [--steps 6] [--repeat 1] [--threads N]
+                       [--cases NAME ...] [--out FILE]"""
 import argparse
 import json
 import os
@@ -16,67 +22,136 @@ import tempfile
 
 from deepspeed_parity import IN, OUT, base, free_port
 
+CPU_ADAM = {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01}}
+TORCH_ADAM = {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01, "torch_adam": True}}
+CASES = [
+    ("stage2", base(2, optimizer=TORCH_ADAM)),
+    ("stage3", base(3, optimizer=TORCH_ADAM)),
+    ("stage2 + optimizer offload", base(2, optimizer=CPU_ADAM, zero_optimization={
+        "stage": 2, "offload_optimizer": {"device": "cpu"}})),
+    ("stage3 + optimizer and parameter offload", base(3, optimizer=CPU_ADAM, zero_optimization={
+        "stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}})),
+]
 
-def bench(width, steps, out):
-    """Step time side by side (a bench, not a test): the whole step (forward, backward, step) and
-    engine.step() alone, median over the steps after the first, DeepSpeed and dsrt alternating,
-    one rank, stage 2 and 3, with and without CPU offload, on a bench_model(width) MLP."""
+
+def parameters(width):
+    return 3 * width * width + (IN + 2 + OUT) * width + OUT
+
+
+def load():
+    try:
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+    except OSError:
+        return float("nan")
+
+
+def run_engine(engine, config_path, steps, world, width, threads, tmp):
+    """Medians over the steps after the first of one run of one engine: (whole step, engine.step()) in
+    wall seconds, then the same in rank 0's process CPU seconds; or None (stderr told why)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    cpu_adam = {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01}}
-    cases = [
-        ("stage2", base(2, optimizer={"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01,
-                                                                  "torch_adam": True}})),
-        ("stage3", base(3, optimizer={"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01,
-                                                                  "torch_adam": True}})),
-        ("stage2 + optimizer offload", base(2, optimizer=cpu_adam, zero_optimization={
-            "stage": 2, "offload_optimizer": {"device": "cpu"}})),
-        ("stage3 + optimizer and parameter offload", base(3, optimizer=cpu_adam, zero_optimization={
-            "stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}})),
-    ]
-    params = 3 * width * width + (IN + 2 + OUT) * width + OUT
-    lines = ["| case (%.1fM parameters, 1 rank) | whole step DeepSpeed / dsrt (s) | ratio | engine.step() "
-             "DeepSpeed / dsrt (s) | ratio |" % (params / 1e6), "| --- | --- | --- | --- | --- |"]
+    result = os.path.join(tmp, engine + ".out")
+    if os.path.exists(result):
+        os.remove(result)
+    command = [sys.executable, os.path.join(here, "deepspeed_parity.py"), "run", engine, config_path, str(steps), result]
+    env = dict(os.environ, DS_ACCELERATOR="cpu", DSRT_LOG_LEVEL="error", DSRT_PARITY_BENCH_WIDTH=str(width))
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    elif world > 1:
+        env["OMP_NUM_THREADS"] = "1"  # the ranks share the cores
+    if world == 1:
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
+                   LOCAL_WORLD_SIZE="1")
+        procs = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
+    elif engine == "deepspeed":
+        port = str(free_port())
+        procs = [subprocess.Popen(command, env=dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(r),
+                                                    LOCAL_RANK=str(r), WORLD_SIZE=str(world),
+                                                    LOCAL_WORLD_SIZE=str(world)),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for r in range(world)]
+    else:
+        flags = ["--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"]
+        if os.getuid() == 0:
+            flags.append("--allow-run-as-root")
+        procs = [subprocess.Popen(["mpirun"] + flags + ["-np", str(world)] +
+                                  [x for name in ("PYTHONPATH", "DSRT_BUILD_DIR", "DSRT_LOG_LEVEL", "OMP_NUM_THREADS",
+                                                  "DSRT_PARITY_BENCH_WIDTH") for x in ("-x", name)] + command,
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
+    failed = ""
+    for proc in procs:
+        _, err = proc.communicate(timeout=1800)
+        if proc.returncode != 0:
+            failed += err[-2000:]
+    if failed:
+        sys.stderr.write("%s failed:\n%s\n" % (engine, failed))
+        return None
+    with open(result) as f:
+        data = json.load(f)
+    return tuple(statistics.median(data[key][1:]) for key in ("step_seconds", "engine_step_seconds",
+                                                                "step_cpu_seconds", "engine_step_cpu_seconds"))
+
+
+def bench(widths, ranks, steps, repeat, threads, selected, out):
+    header = ["| ranks | parameters | case | whole step DeepSpeed / dsrt (s) | ratio | engine.step() DeepSpeed / "
+              "dsrt (s) | ratio | CPU s: whole step ratio | CPU s: engine.step() ratio | load (1 min) |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = list(header)
+    print("\n".join(header), flush=True)
+    ok = True
+    runs_started = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for name, config in cases:
-            path = os.path.join(tmp, "bench.json")
-            with open(path, "w") as f:
-                json.dump(config, f)
-            medians = {}
-            for engine in ("deepspeed", "dsrt"):
-                result = os.path.join(tmp, engine + ".out")
-                env = dict(os.environ, DS_ACCELERATOR="cpu", DSRT_LOG_LEVEL="error", MASTER_ADDR="127.0.0.1",
-                           MASTER_PORT=str(free_port()), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
-                           LOCAL_WORLD_SIZE="1", DSRT_PARITY_BENCH_WIDTH=str(width))
-                proc = subprocess.run([sys.executable, os.path.join(here, "deepspeed_parity.py"), "run", engine, path,
-                                       str(steps), result], env=env, capture_output=True, text=True)
-                if proc.returncode != 0:
-                    sys.stderr.write("%s / %s failed:\n%s\n" % (name, engine, proc.stderr[-2000:]))
-                    break
-                with open(result) as f:
-                    data = json.load(f)
-                medians[engine] = (statistics.median(data["step_seconds"][1:]),
-                                   statistics.median(data["engine_step_seconds"][1:]))
-            if len(medians) < 2:
-                lines.append("| %s | failed | - | failed | - |" % name)
-            else:
-                (dw, ds), (tw, ts) = medians["deepspeed"], medians["dsrt"]
-                lines.append("| %s | %.3f / %.3f | %.2f | %.4f / %.4f | %.2f |" % (name, dw, tw, tw / dw, ds, ts, ts / ds))
-            print(lines[-1], flush=True)
+        for width in widths:
+            for world in ranks:
+                for name, config in CASES:
+                    if selected and name not in selected:
+                        continue
+                    path = os.path.join(tmp, "bench.json")
+                    with open(path, "w") as f:
+                        json.dump(config, f)
+                    runs = {"deepspeed": [], "dsrt": []}
+                    loads = [load()]
+                    for _ in range(repeat):
+                        # Which engine goes first flips from one pair of runs to the next.
+                        flip = runs_started % 2
+                        runs_started += 1
+                        order = ("dsrt", "deepspeed") if flip else ("deepspeed", "dsrt")
+                        for engine in order:
+                            timing = run_engine(engine, path, steps, world, width, threads, tmp)
+                            if timing is not None:
+                                runs[engine].append(timing)
+                        loads.append(load())
+                    label = "| %d | %.1fM | %s |" % (world, parameters(width) / 1e6, name)
+                    if not runs["deepspeed"] or not runs["dsrt"]:
+                        lines.append(label + " failed | - | failed | - | - | - | - |")
+                        ok = False
+                    else:
+                        dw, ds, dcw, dcs = (statistics.median(r[i] for r in runs["deepspeed"]) for i in range(4))
+                        tw, ts, tcw, tcs = (statistics.median(r[i] for r in runs["dsrt"]) for i in range(4))
+                        lines.append(label + " %.3f / %.3f | %.2f | %.4f / %.4f | %.2f | %.3f / %.3f = %.2f | "
+                                     "%.4f / %.4f = %.2f | %.1f-%.1f |" % (
+                                         dw, tw, tw / dw, ds, ts, ts / ds, dcw, tcw, tcw / dcw, dcs, tcs, tcs / dcs,
+                                         min(loads), max(loads)))
+                    print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
     if out:
         with open(out, "w") as f:
             f.write(text)
     sys.stdout.write("\n" + text)
-    return True
+    return ok
 
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--width", type=int, default=1536)
+    parser.add_argument("--width", type=int, nargs="+", default=[1536])
+    parser.add_argument("--ranks", type=int, nargs="+", default=[1])
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--repeat", type=int, default=1, help="runs per engine and case (alternating order)")
+    parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS of every process (both engines)")
+    parser.add_argument("--cases", nargs="*", help="a subset of: " + ", ".join(name for name, _ in CASES))
     parser.add_argument("--out")
     args = parser.parse_args()
-    return 0 if bench(args.width, args.steps, args.out) else 1
+    return 0 if bench(args.width, args.ranks, args.steps, args.repeat, args.threads, args.cases, args.out) else 1
 
 
 if __name__ == "__main__":

@@ -219,6 +219,7 @@ def run(engine_name, config_path, steps, out_path, resume_at=0, phase=0, checkpo
     dtype = (torch.bfloat16 if config.get("bf16", {}).get("enabled") else
              torch.float16 if config.get("fp16", {}).get("enabled") else torch.float32)
     losses, times, lrs, moms, step_times, scales = [], [], [], [], [], []
+    cpu_times, step_cpu_times = [], []  # this process's CPU time (all its threads), for loaded machines
     first, last = 0, steps
     if phase == 1:
         last = resume_at
@@ -226,16 +227,18 @@ def run(engine_name, config_path, steps, out_path, resume_at=0, phase=0, checkpo
         engine.load_checkpoint(checkpoint, tag="parity")
         first = resume_at
     for step in range(first, last):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         for micro in range(gas):
             x, y = batch(torch, step, micro)
             loss = torch.nn.functional.mse_loss(engine(x.to(dtype)).float(), y)
             engine.backward(loss)
-            step_start = time.perf_counter()
+            step_start, step_cpu_start = time.perf_counter(), time.process_time()
             engine.step()
             step_times.append(time.perf_counter() - step_start)
+            step_cpu_times.append(time.process_time() - step_cpu_start)
             losses.append(float(loss.detach()))
         times.append(time.perf_counter() - start)
+        cpu_times.append(time.process_time() - cpu_start)
         lrs.append(float(engine.get_lr()[0]))
         scales.append(float(engine.optimizer.loss_scale if engine_name == "deepspeed" and
                             hasattr(engine.optimizer, "loss_scale") else getattr(engine, "loss_scale", 1.0)))
@@ -254,7 +257,8 @@ def run(engine_name, config_path, steps, out_path, resume_at=0, phase=0, checkpo
     if rank() == 0:
         with open(out_path, "w") as f:
             json.dump({"losses": losses, "masters": masters, "names": names, "step_seconds": times, "lrs": lrs,
-                       "momentums": moms, "engine_step_seconds": step_times, "loss_scales": scales}, f)
+                       "momentums": moms, "engine_step_seconds": step_times, "loss_scales": scales,
+                       "step_cpu_seconds": cpu_times, "engine_step_cpu_seconds": step_cpu_times}, f)
 
 
 def run_float64(torch, config, model, names, steps, out_path):

@@ -18,7 +18,7 @@ $py -m pytest -q -p no:cacheprovider tests/python/test_python_binding.py tests/p
   tests/python/test_zero3_front.py tests/python/test_deepspeed_compat.py tests/python/test_examples.py \
   tests/python/test_deepspeed_script.py tests/python/test_ckpt_interop.py tests/python/test_monitors.py \
   tests/python/test_deepspeed_module.py tests/python/test_misuse.py tests/python/test_param_groups.py \
-  tests/python/test_groups_front.py \
+  tests/python/test_groups_front.py tests/python/test_ds_checkpoint.py tests/python/test_offload_ratio_estimate.py \
   tests/python/test_deepspeed_parity_front.py
 
 mpi_flags=(--oversubscribe --bind-to none --mca btl self,vader)
@@ -26,6 +26,10 @@ mpi_flags=(--oversubscribe --bind-to none --mca btl self,vader)
 shared=$(mktemp -d)
 trap 'rm -rf "$shared"' EXIT
 mpirun "${mpi_flags[@]}" -np 2 -x DSRT_BUILD_DIR -x DSRT_LOG_LEVEL=error $py tests/python/mpi_torch_front.py "$shared"
+# DeepSpeed checkpoints of 2 ranks loaded by 2 dsrt ranks (the front imports them).
+ds_import=$(mktemp -d)
+mpirun "${mpi_flags[@]}" -np 2 -x DSRT_BUILD_DIR -x DSRT_LOG_LEVEL=error $py tests/python/mpi_ds_import.py "$ds_import"
+rm -rf "$ds_import"
 
 # The low-level module needs neither numpy nor torch: check it under another 3.11 interpreter too.
 other=$(command -v python3.11 || true)

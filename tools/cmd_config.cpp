@@ -1,5 +1,6 @@
 // `dsrt config check|show FILE [--hidden-size H] [--world-size W]`: validate a DeepSpeed config the way
-// the library will, or print the effective config with every default filled in.
+// the library will, or print the effective config with every default filled in. Only the public C
+// interface (dsrt.h) is used: the command reports what any host would get from the library.
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -7,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "config/config.h"
 #include "dsrt.h"
 #include "tools/command.h"
 
@@ -21,7 +21,9 @@ const char kUsage[] =
     "check  validates a DeepSpeed JSON config (comments and trailing commas are accepted) against\n"
     "       DeepSpeed's schema and prints every error found, each with its line:column and key path.\n"
     "       It lists the \"auto\" values the host still has to resolve, the settings dsrt does not act\n"
-    "       on (warnings) and the enabled features dsrt does not implement.\n"
+    "       on (warnings) and the enabled features dsrt does not implement. Once no \"auto\" is left\n"
+    "       it makes every check dsrt_engine_create makes on the config (dsrt_config_check, at the\n"
+    "       world size given, else the one the batch terms imply) and prints its message verbatim.\n"
     "show   prints the effective config as DeepSpeed JSON (stdout) that DeepSpeed itself accepts: every\n"
     "       key DeepSpeed has, with the value in force. dsrt's own keys, and the optimizer/scheduler\n"
     "       parameters the file does not give (with the defaults dsrt applies), are listed apart on stderr.\n"
@@ -106,6 +108,40 @@ void collect_warnings(int32_t level, const char *message, void *user) {
   if (level == DSRT_LOG_WARN && message != nullptr) static_cast<std::vector<std::string> *>(user)->push_back(message);
 }
 
+// A string the library returned (freed with dsrt_free), split into lines.
+std::vector<std::string> take_lines(char *text) {
+  std::vector<std::string> lines;
+  if (text == nullptr) return lines;
+  std::string all(text);
+  dsrt_free(text);
+  size_t start = 0;
+  while (start < all.size()) {
+    size_t end = all.find('\n', start);
+    if (end == std::string::npos) end = all.size();
+    if (end > start) lines.push_back(all.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+
+std::string take_string(char *text) {
+  std::string out = text ? text : "";
+  dsrt_free(text);
+  return out;
+}
+
+// The config's warnings (from the library's list), or those logged while reading it.
+std::vector<std::string> warnings_of(const dsrt_config *config) {
+  char *text = nullptr;
+  if (dsrt_config_warnings(config, &text) != DSRT_OK) return {};
+  return take_lines(text);
+}
+
+struct ConfigHandle {
+  dsrt_config *config = nullptr;
+  ~ConfigHandle() { dsrt_config_destroy(config); }
+};
+
 int run_config(const std::vector<std::string> &args) {
   Options options;
   int early = parse_options(args, &options);
@@ -114,21 +150,30 @@ int run_config(const std::vector<std::string> &args) {
   std::vector<std::string> load_warnings;
   dsrt_set_log_callback(collect_warnings, &load_warnings);
 
-  std::unique_ptr<Config> config;
-  Status status = Config::load(options.file, &config);
+  ConfigHandle handle;
+  dsrt_status status = dsrt_config_load(options.file.c_str(), &handle.config);
   dsrt_set_log_callback(nullptr, nullptr);
-  if (status.ok() && options.hidden_size > 0) status = config->set_hidden_size(options.hidden_size);
-  if (status.ok() && options.world_size > 0) status = config->set_world_size(static_cast<int>(options.world_size));
-  if (!status.ok()) {
-    const std::vector<std::string> &warnings = config ? config->warnings() : load_warnings;
+  if (status == DSRT_OK && options.hidden_size > 0)
+    status = dsrt_config_set_hidden_size(handle.config, options.hidden_size);
+  if (status == DSRT_OK && options.world_size > 0)
+    status = dsrt_config_set_world_size(handle.config, static_cast<int32_t>(options.world_size));
+  if (status != DSRT_OK) {
+    const std::string message = dsrt_last_error_message();
+    const std::vector<std::string> warnings = handle.config ? warnings_of(handle.config) : load_warnings;
     for (const std::string &warning : warnings) std::fprintf(stderr, "warning: %s\n", warning.c_str());
-    std::fprintf(stderr, "%s\n", status.message().c_str());
+    std::fprintf(stderr, "%s\n", message.c_str());
     return kExitFailure;
   }
+  dsrt_config *config = handle.config;
 
   if (options.action == "show") {
-    std::vector<std::string> apart;
-    std::fputs(config->to_deepspeed_json(&apart).c_str(), stdout);
+    char *json = nullptr, *apart_text = nullptr;
+    if (dsrt_config_to_deepspeed_json(config, &json, &apart_text) != DSRT_OK) {
+      std::fprintf(stderr, "%s\n", dsrt_last_error_message());
+      return kExitFailure;
+    }
+    std::fputs(take_string(json).c_str(), stdout);
+    const std::vector<std::string> apart = take_lines(apart_text);
     if (!apart.empty()) {
       std::fprintf(stderr, "not in the DeepSpeed JSON above (dsrt's keys, and defaults dsrt applies):\n");
       for (const std::string &line : apart) std::fprintf(stderr, "  %s\n", line.c_str());
@@ -136,31 +181,43 @@ int run_config(const std::vector<std::string> &args) {
     return kExitOk;
   }
 
-  const std::vector<std::string> pending = config->unresolved();
-  const std::vector<std::string> &unsupported = config->unsupported();
-  // With the world size given and nothing left open, resolve exactly as dsrt_engine_create will.
-  if (options.world_size > 0 && pending.empty() && unsupported.empty()) {
-    TrainConfig resolved;
-    status = config->resolve(static_cast<int>(options.world_size), &resolved);
-    if (!status.ok()) {
-      std::fprintf(stderr, "%s\n", status.message().c_str());
+  char *text = nullptr;
+  std::vector<std::string> pending, unsupported;
+  if (dsrt_config_unresolved(config, &text) == DSRT_OK) pending = take_lines(text);
+  if (dsrt_config_unsupported(config, &text) == DSRT_OK) unsupported = take_lines(text);
+  // Nothing left "auto": check exactly as dsrt_engine_create will (the same call, the same
+  // message), at the world size given, else the one the batch terms imply.
+  std::string refusal;
+  dsrt_status refused = DSRT_OK;
+  if (pending.empty()) {
+    refused = dsrt_config_check(config, static_cast<int32_t>(options.world_size));
+    if (refused != DSRT_OK) refusal = dsrt_last_error_message();
+    if (refused != DSRT_OK && refused != DSRT_ERR_UNSUPPORTED) {
+      for (const std::string &warning : warnings_of(config)) std::fprintf(stderr, "warning: %s\n", warning.c_str());
+      std::fprintf(stderr, "%s\n", refusal.c_str());
       return kExitFailure;
     }
   }
-  for (const std::string &warning : config->warnings()) std::printf("warning: %s\n", warning.c_str());
+  for (const std::string &warning : warnings_of(config)) std::printf("warning: %s\n", warning.c_str());
   if (!pending.empty()) {
     std::printf("%zu \"auto\" value%s for the host to resolve before dsrt_engine_create:\n", pending.size(),
                 pending.size() == 1 ? "" : "s");
     for (const std::string &path : pending) {
-      std::printf("  %s: %s\n", path.c_str(), config->how_to_resolve(path).c_str());
+      char *hint = nullptr;
+      std::string how = dsrt_config_resolve_hint(config, path.c_str(), &hint) == DSRT_OK ? take_string(hint) : "";
+      std::printf("  %s: %s\n", path.c_str(), how.c_str());
     }
   }
-  if (!unsupported.empty()) {
+  if (refused == DSRT_ERR_UNSUPPORTED) {
+    // dsrt_engine_create's own message, verbatim.
+    std::printf("not implemented by dsrt (dsrt_engine_create fails with DSRT_ERR_UNSUPPORTED):\n%s\n",
+                refusal.c_str());
+  } else if (!unsupported.empty()) {
     std::printf("not implemented by dsrt (dsrt_engine_create fails with DSRT_ERR_UNSUPPORTED while %s on):\n",
                 unsupported.size() == 1 ? "it is" : "they are");
     for (const std::string &item : unsupported) std::printf("  %s\n", item.c_str());
   }
-  bool open = !pending.empty() || !unsupported.empty();
+  bool open = !pending.empty() || !unsupported.empty() || refused == DSRT_ERR_UNSUPPORTED;
   std::printf("%s: valid DeepSpeed config%s\n", options.file.c_str(),
               open ? (pending.empty() ? "; it enables features dsrt does not implement"
                                       : "; resolve the \"auto\" values above before use")

@@ -9,12 +9,21 @@
 // offload (stage 3 only, as in DeepSpeed) moves the bytes DeepSpeed counts for CPU offload from
 // host memory to NVMe; with no NVMe in the choice, the formulas reduce to DeepSpeed's exactly.
 //
+// ZeRO-Offload++ (--offload-ratio R < 1, stage 3 with optimizer offload to the CPU; DeepSpeed's
+// estimator has no such option): a fraction 1 - R of the partition keeps its fp32 master and Adam
+// states (12 bytes per parameter) on the GPU instead of the host -- 12(1-R)Ψ/W more per GPU,
+// 12(1-R)Ψ per node less on the host (times the buffer factor); the fp32 gradient copy (4 bytes)
+// stays on the host. dsrt splits by sub-groups, so an engine's split is within one sub-group of it.
+//
 // Frozen parameters (--trainable-params T < --params N: F = N - T frozen, as in LoRA fine-tuning)
 // have a 16-bit working copy only, no gradient, master or optimizer state (dsrt's frozen tensors):
 // the formulas above run with T, and the F frozen parameters add 2 bytes each on the GPU (divided
-// by the world size at stage 3; dsrt does not offload them) and, where the host figure is the
-// fp32 copy every process holds while loading the model (no optimizer offload at stages 0-2, and
-// stage 3 without zero_init), 4 bytes each per GPU of the host times the buffer factor.
+// by the world size at stage 3) and, where the host figure is the fp32 copy every process holds
+// while loading the model (no optimizer offload at stages 0-2, and stage 3 without zero_init), 4
+// bytes each per GPU of the host times the buffer factor. With parameter offload at stage 3 their
+// shards move with the trainable ones (dsrt's offload_param moves frozen shards too): the 2F/W
+// bytes per GPU go to the host (cpu, times the buffer factor, as DeepSpeed counts parameter
+// offload) or to NVMe, i.e. 2F per node divided by the node count.
 //
 // DeepSpeed's lower-memory bf16 mode (--bf16-master-weights: bf16.bf16_master_weights_and_grads;
 // --bf16-optimizer-states: bf16.bf16_optimizer_states) keeps the master in bf16 (2 bytes per
@@ -66,6 +75,7 @@ struct Choice {
   bool zero_init = true;  // stage 3 only: parameters created already partitioned
   int64_t hpz = 1;        // stage 3: zero_hpz_partition_size (1: off)
   int64_t mics = 0;       // stage 3: mics_shard_size (0: off, the world is one group)
+  double ratio = 1.0;     // offload_optimizer.ratio (stage 3, optimizer "cpu")
 };
 
 // The bf16 mode (see the top): bytes per trainable parameter the optimizer side saves.
@@ -126,6 +136,12 @@ Estimate zero3(double params, double largest_layer, const Hardware &hw, const Ch
   const double host_share = host_factor * gpus_factor;
   e.host_bytes = int64_t(params * (c.zero_init ? host_share : std::max(4 * g, host_share)) * kBufferFactor);
   e.nvme_bytes = int64_t(params * nvme_factor * gpus_factor);
+  if (c.optimizer == Place::kCpu && c.ratio < 1.0) {
+    // The device share of the masters and states (see the top).
+    const double moved = 12 * (1.0 - c.ratio) * params;
+    e.gpu_bytes += int64_t(std::trunc(moved / total_gpus));
+    e.host_bytes -= int64_t(moved * gpus_factor * kBufferFactor);
+  }
   return e;
 }
 
@@ -159,6 +175,12 @@ Estimate estimate_with_frozen(double trainable, double frozen, double largest_la
     e.gpu_bytes += e.hpz_bytes;
   }
   if (frozen <= 0) return e;
+  if (c.stage == 3 && c.optimizer != Place::kNone && c.param != Place::kNone) {
+    const double per_node = 2 * frozen / double(hw.nodes());
+    if (c.param == Place::kCpu) e.host_bytes += int64_t(per_node * kBufferFactor);
+    else e.nvme_bytes += int64_t(per_node);
+    return e;
+  }
   const double frozen_group = c.mics > 0 ? double(c.mics) : double(hw.world_size);
   e.gpu_bytes += c.stage == 3 ? int64_t(std::trunc(2 * frozen / frozen_group)) : int64_t(2 * frozen);
   const bool loading_copy = c.optimizer == Place::kNone && (c.stage < 3 || !c.zero_init);
@@ -255,6 +277,7 @@ void print_help() {
   std::printf(
       "usage: dsrt estimate-memory --params N [--trainable-params T] [--world-size W] [--gpus-per-node G] [--stage S]\n"
       "                            [--offload-optimizer none|cpu|nvme] [--offload-param none|cpu|nvme]\n"
+      "                            [--offload-ratio R]\n"
       "                            [--largest-layer-params L] [--hpz K] [--mics-shard-size K]\n"
       "                            [--gpu-memory SIZE] [--json]\n"
       "                            [--bf16-master-weights [--bf16-optimizer-states]]\n\n"
@@ -269,6 +292,8 @@ void print_help() {
       "  --stage S                0, 1, 2 or 3 (default: every stage)\n"
       "  --offload-optimizer P    only this optimizer placement (stages 1-3; nvme needs stage 3)\n"
       "  --offload-param P        only this parameter placement (stage 3)\n"
+      "  --offload-ratio R        offload_optimizer.ratio (ZeRO-Offload++; needs --stage 3 --offload-optimizer cpu):\n"
+      "                           the other 1-R of the fp32 masters and Adam states stay on the GPU\n"
       "  --largest-layer-params L parameters of the largest layer (needed for stage 3, as in DeepSpeed;\n"
       "                           for a transformer usually the embedding, vocab*hidden)\n"
       "  --hpz K                  ZeRO++ hpZ at stage 3 (zero_hpz_partition_size): adds the secondary\n"
@@ -305,6 +330,8 @@ int run_estimate_memory(const std::vector<std::string> &args) {
   bool have_params = false, have_largest = false, have_gpu_memory = false, json = false;
   bool have_gpn = false, have_optimizer = false, have_param = false;
   int64_t stage = -1, hpz = 1, mics = 0;
+  double ratio = 1.0;
+  bool have_ratio = false;
   Hardware hw;
   Place optimizer = Place::kNone, param = Place::kNone;
   Bf16Mode bf16;
@@ -364,6 +391,12 @@ int run_estimate_memory(const std::vector<std::string> &args) {
     } else if (key == "--offload-param") {
       if (!parse_place(value, &param)) return usage_error("--offload-param: '%s' is not none, cpu or nvme", value);
       have_param = true;
+    } else if (key == "--offload-ratio") {
+      char *end = nullptr;
+      ratio = std::strtod(value.c_str(), &end);
+      if (end == value.c_str() || *end != '\0' || !(ratio >= 0.0 && ratio <= 1.0))
+        return usage_error("--offload-ratio: '%s' is not a number in [0, 1]", value);
+      have_ratio = true;
     } else if (key == "--gpu-memory") {
       if (!parse_bytes(value, &gpu_memory)) return usage_error("--gpu-memory: '%s' is not a size (e.g. 80G, 40GB)", value);
       have_gpu_memory = true;
@@ -392,6 +425,13 @@ int run_estimate_memory(const std::vector<std::string> &args) {
   if (mics > 0 && stage != -1 && stage != 3)
     return usage_error("--mics-shard-size needs stage 3 (MiCS shards parameters)%s", "");
   if (mics > 0 && hpz > 1) return usage_error("--mics-shard-size and --hpz exclude each other (as the config keys)%s", "");
+  if (have_ratio && ratio < 1.0 && (stage != 3 || !have_optimizer || optimizer != Place::kCpu))
+    return usage_error("--offload-ratio below 1 needs --stage 3 and --offload-optimizer cpu (as in DeepSpeed)%s", "");
+  if (have_ratio && ratio < 1.0 && bf16.master)
+    return usage_error("--offload-ratio below 1 with --bf16-master-weights: dsrt refuses that mix (the device part of "
+                       "a split keeps fp32 masters); use one of them%s", "");
+  if (mics > 0 && have_ratio && ratio < 1.0)
+    return usage_error("--offload-ratio below 1 with --mics-shard-size: dsrt refuses that mix (as the config keys)%s", "");
   if (stage == 3 && !have_largest)
     return usage_error("--stage 3 needs --largest-layer-params L (DeepSpeed's estimator needs it too)%s", "");
   if (bf16.states && !bf16.master)
@@ -413,6 +453,7 @@ int run_estimate_memory(const std::vector<std::string> &args) {
     for (Choice c : choices_for_stage(s, have_optimizer, optimizer, have_param, param)) {
       if (s == 3) c.hpz = hpz;
       if (s == 3) c.mics = mics;
+      c.ratio = ratio;
       if (bf16.runs(c)) rows.push_back(c);
     }
   }

@@ -158,6 +158,65 @@ DSRT_API dsrt_status dsrt_config_warnings(const dsrt_config *config, char **out)
   });
 }
 
+DSRT_API dsrt_status dsrt_config_unsupported(const dsrt_config *config, char **out) {
+  if (out) *out = nullptr;
+  return dsrt::guarded(__func__, [&]() -> dsrt::Status {
+    DSRT_REQUIRE_ARG(config);
+    DSRT_REQUIRE_ARG(out);
+    *out = dsrt::dup_for_caller(dsrt::join_lines(config->config->unsupported()));
+    if (*out == nullptr) return dsrt::Error(DSRT_ERR_OUT_OF_MEMORY, "dsrt_config_unsupported: out of memory");
+    return dsrt::Status::Ok();
+  });
+}
+
+DSRT_API dsrt_status dsrt_config_resolve_hint(const dsrt_config *config, const char *key_path, char **out) {
+  if (out) *out = nullptr;
+  return dsrt::guarded(__func__, [&]() -> dsrt::Status {
+    DSRT_REQUIRE_ARG(config);
+    DSRT_REQUIRE_ARG(key_path);
+    DSRT_REQUIRE_ARG(out);
+    const std::string hint = config->config->how_to_resolve(key_path);
+    if (hint.empty())
+      return dsrt::Error(DSRT_ERR_CONFIG, "dsrt_config_resolve_hint: %s: unknown key (or not part of this config's "
+                         "optimizer/scheduler type)", key_path);
+    *out = dsrt::dup_for_caller(hint);
+    if (*out == nullptr) return dsrt::Error(DSRT_ERR_OUT_OF_MEMORY, "dsrt_config_resolve_hint: out of memory");
+    return dsrt::Status::Ok();
+  });
+}
+
+DSRT_API dsrt_status dsrt_config_to_deepspeed_json(const dsrt_config *config, char **json, char **dsrt_only) {
+  if (json) *json = nullptr;
+  if (dsrt_only) *dsrt_only = nullptr;
+  return dsrt::guarded(__func__, [&]() -> dsrt::Status {
+    DSRT_REQUIRE_ARG(config);
+    DSRT_REQUIRE_ARG(json);
+    std::vector<std::string> apart;
+    std::string text = config->config->to_deepspeed_json(&apart);
+    char *json_copy = dsrt::dup_for_caller(text);
+    if (json_copy == nullptr) return dsrt::Error(DSRT_ERR_OUT_OF_MEMORY, "dsrt_config_to_deepspeed_json: out of memory");
+    if (dsrt_only != nullptr) {
+      *dsrt_only = dsrt::dup_for_caller(dsrt::join_lines(apart));
+      if (*dsrt_only == nullptr) {
+        dsrt_free(json_copy);
+        return dsrt::Error(DSRT_ERR_OUT_OF_MEMORY, "dsrt_config_to_deepspeed_json: out of memory");
+      }
+    }
+    *json = json_copy;
+    return dsrt::Status::Ok();
+  });
+}
+
+DSRT_API dsrt_status dsrt_config_check(const dsrt_config *config, int32_t world_size) {
+  return dsrt::guarded(__func__, [&]() -> dsrt::Status {
+    DSRT_REQUIRE_ARG(config);
+    if (world_size < 0)
+      return dsrt::Error(DSRT_ERR_INVALID_ARGUMENT, "dsrt_config_check: world_size is %d; pass 0 or a world size",
+                         static_cast<int>(world_size));
+    return config->config->validate(world_size);
+  });
+}
+
 DSRT_API void dsrt_config_destroy(dsrt_config *config) { std::unique_ptr<dsrt_config> owned(config); }
 
 }  // extern "C"

@@ -5,6 +5,7 @@
 
 #include "capi/guard.h"
 #include "capi/handles.h"
+#include "capi/struct_copy.h"
 #include "comm/comm.h"
 #include "config/config.h"
 #include "engine/engine.h"
@@ -58,11 +59,9 @@ DSRT_API dsrt_status dsrt_engine_create_with_options(const dsrt_config *config, 
     opts.device_type = DSRT_DEVICE_DEFAULT;
     opts.device_index = -1;
     if (options != nullptr) {
-      if (options->struct_size < sizeof(uint64_t))
-        return dsrt::Error(DSRT_ERR_INVALID_ARGUMENT, "%s: options->struct_size is %llu; set it to "
-                           "sizeof(dsrt_engine_options)", fn, static_cast<unsigned long long>(options->struct_size));
-      std::memcpy(reinterpret_cast<char *>(&opts) + sizeof(uint64_t), reinterpret_cast<const char *>(options) + sizeof(uint64_t),
-                  std::min<uint64_t>(options->struct_size, sizeof opts) - sizeof(uint64_t));
+      DSRT_RETURN_IF_ERROR(dsrt::check_struct_size(*options, (std::string(fn) + ": options").c_str(),
+                                                   "dsrt_engine_options"));
+      dsrt::copy_in(*options, &opts);
     }
     std::string device_spec;
     if (opts.device_type == DSRT_DEVICE_CPU) {
@@ -218,7 +217,14 @@ DSRT_API dsrt_status dsrt_engine_step(dsrt_engine *engine, dsrt_step_result *out
   return guarded(fn, [&]() -> Status {
     Engine *e = nullptr;
     DSRT_RETURN_IF_ERROR(dsrt::engine_of(engine, fn, &e));
-    return e->step(out);
+    if (out != nullptr) DSRT_RETURN_IF_ERROR(dsrt::check_struct_size(*out, "step: out", "dsrt_step_result"));
+    // The engine fills a whole struct; the caller's gets its struct_size bytes. struct_size 0 marks
+    // "not written", since a step that fails after the boundary still reports its result.
+    dsrt_step_result full;
+    std::memset(&full, 0, sizeof full);
+    Status status = e->step(out != nullptr ? &full : nullptr);
+    if (out != nullptr && full.struct_size != 0) dsrt::copy_out(full, out);
+    return status;
   });
 }
 
@@ -314,7 +320,11 @@ DSRT_API dsrt_status dsrt_engine_memory(const dsrt_engine *engine, dsrt_memory_s
     Engine *e = nullptr;
     DSRT_RETURN_IF_ERROR(dsrt::engine_of(engine, fn, &e));
     REQUIRE_ARG(out);
-    return e->memory(out);
+    DSRT_RETURN_IF_ERROR(dsrt::check_struct_size(*out, "engine_memory: out", "dsrt_memory_stats"));
+    dsrt_memory_stats full;
+    DSRT_RETURN_IF_ERROR(e->memory(&full));
+    dsrt::copy_out(full, out);
+    return Status::Ok();
   });
 }
 

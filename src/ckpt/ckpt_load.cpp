@@ -192,6 +192,10 @@ Status commit(Engine &engine, const Staged &staged) {
   }
   const Manifest &m = staged.manifest;
   engine.set_counters(m.counters);
+  // 1-bit Adam's worker and server errors are per rank and not saved: they restart at zero, as
+  // DeepSpeed's OnebitAdam.load_state_dict drops them (so a load at any world size works); 0/1
+  // Adam's accumulated update, learning-rate sums and interval policy restart with them.
+  engine.onebit_reset_errors();
   LossScaler &scaler = engine.mutable_loss_scaler();
   if (scaler.dynamic() && m.scaler_dynamic) {
     scaler.set_state(m.scaler);

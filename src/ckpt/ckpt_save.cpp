@@ -35,7 +35,8 @@ std::vector<std::string> state_names(const TrainConfig &config, int count) {
     case OptimizerType::Adam:
     case OptimizerType::AdamW:
     case OptimizerType::Lamb:
-    case OptimizerType::OneBitAdam: names = {"exp_avg", "exp_avg_sq"}; break;
+    case OptimizerType::OneBitAdam:
+    case OptimizerType::ZeroOneAdam: names = {"exp_avg", "exp_avg_sq"}; break;
     case OptimizerType::Lion: names = {"exp_avg"}; break;
     case OptimizerType::SGD: names = {"momentum_buffer"}; break;
     case OptimizerType::Adagrad: names = {"sum"}; break;

@@ -72,6 +72,10 @@ class Config {
   // (naming each and how to resolve it) or inconsistent batch sizes; DSRT_ERR_UNSUPPORTED when an
   // enabled feature is not implemented. Fills every field, including effective_json.
   Status resolve(int world_size, TrainConfig *out) const;
+  // What dsrt_engine_create would refuse about this config alone: resolve() at world_size, or
+  // when it is 0 at the world size set_world_size gave, or else at the world size the batch terms
+  // imply (train / (micro * gas) when all three are given, 1 otherwise).
+  Status validate(int world_size) const;
 
   Config() = default;
 

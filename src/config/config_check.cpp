@@ -24,7 +24,8 @@ namespace {
 
 std::string optimizer_list() {
   std::string out;
-  for (int i = 0; i < kNumOptimizerTypes - 1; ++i) out += std::string(i ? ", " : "") + kOptimizerTypes[i];
+  // The 1-bit optimizers (last in the list) are not suggested as replacements.
+  for (int i = 0; i < static_cast<int>(OptimizerType::OneBitAdam); ++i) out += std::string(i ? ", " : "") + kOptimizerTypes[i];
   return out;
 }
 
@@ -112,9 +113,6 @@ void Config::check(std::vector<Problem> *errors) {
     if (optimizer_type() < 0)
       unsupported_.push_back("optimizer.type = \"" + name + "\": this optimizer is not implemented by dsrt; use one of " +
                              optimizer_list());
-    else if (name == "OneBitAdam")
-      unsupported_.push_back("optimizer.type = \"OneBitAdam\": 1-bit Adam's compressed communication is not "
-                             "implemented; use Adam or AdamW (the same update without compression)");
   }
   if (has_scheduler() && scheduler_type() < 0)
     unsupported_.push_back("scheduler.type = \"" + values_.at("scheduler.type").text +
@@ -181,6 +179,13 @@ void Config::check(std::vector<Problem> *errors) {
         error(base + ".device", "device \"nvme\" needs " + base + ".nvme_path (a directory on the NVMe drive)");
     }
   }
+  // DeepSpeed asserts that its 1-bit optimizers run without ZeRO.
+  if (stage_known && stage != 0 && has_optimizer() &&
+      (optimizer_type() == static_cast<int>(OptimizerType::OneBitAdam) ||
+       optimizer_type() == static_cast<int>(OptimizerType::ZeroOneAdam)))
+    error("zero_optimization.stage", "optimizer.type " + std::string(kOptimizerTypes[optimizer_type()]) + " needs zero_optimization.stage 0 (it is " +
+                                         format_number(stage) + "): DeepSpeed's 1-bit optimizers are not compatible "
+                                         "with ZeRO; set the stage to 0 or use Adam/AdamW");
   double ratio = 1;
   if (number_of("zero_optimization.offload_optimizer.ratio", &ratio) && ratio < 1 && stage_known && stage != 3)
     error("zero_optimization.offload_optimizer.ratio",

@@ -1,9 +1,11 @@
 // defines: Config::resolve -- from validated values to the TrainConfig the engine runs on.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "config/config.h"
 #include "config/config_internal.h"
+#include "config/config_rules.h"
 
 namespace dsrt {
 
@@ -44,26 +46,55 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
     return Status(DSRT_ERR_UNSUPPORTED, message);
   }
 
-  // Every key here has a value now: no "auto" is left and the schema gives the rest.
+  // Every key here has a value now: no "auto" is left and the schema gives the rest. The defaults
+  // are the schema's only (schema_table.cpp); a key the schema gives no value is a bug in dsrt.
+  // The *_or helpers are for keys whose DeepSpeed default is null: their second argument is what
+  // null means to the engine, not a default.
+  // Each helper sets a field from its key, leaving it as it is when the key does not exist for this
+  // optimizer, scheduler or offload section (the field is then not used).
+  Status missing;
   auto value = [&](const std::string &path) {
     const KeySpec *spec = c.spec_for(path);
     return spec ? c.effective(*spec) : Value::null();
   };
-  auto num = [&](const std::string &path, double fallback) {
-    Value v = value(path);
-    return v.kind == Value::Kind::Number ? v.number : fallback;
+  auto need = [&](const std::string &path, Value::Kind kind, Value *out) {
+    if (c.spec_for(path) == nullptr) return false;
+    *out = value(path);
+    if (out->kind == kind) return true;
+    if (missing.ok())
+      missing = Error(DSRT_ERR_INTERNAL, "config resolve: the schema gives %s no value of the expected type",
+                      path.c_str());
+    return false;
   };
-  auto i64 = [&](const std::string &path, int64_t fallback) {
-    double v = num(path, static_cast<double>(fallback));
-    return v >= 9.2e18 ? INT64_MAX : static_cast<int64_t>(v);
+  auto i64_of = [](double v) { return v >= 9.2e18 ? INT64_MAX : static_cast<int64_t>(v); };
+  auto num = [&](double &field, const std::string &path) {
+    Value v;
+    if (need(path, Value::Kind::Number, &v)) field = v.number;
   };
-  auto flag = [&](const std::string &path, bool fallback) {
-    Value v = value(path);
-    return v.kind == Value::Kind::Bool ? v.boolean : fallback;
+  auto i64 = [&](auto &field, const std::string &path) {
+    Value v;
+    if (need(path, Value::Kind::Number, &v)) field = static_cast<std::remove_reference_t<decltype(field)>>(i64_of(v.number));
   };
-  auto text = [&](const std::string &path, const std::string &fallback) {
+  auto flag = [&](bool &field, const std::string &path) {
+    Value v;
+    if (need(path, Value::Kind::Bool, &v)) field = v.boolean;
+  };
+  auto text = [&](std::string &field, const std::string &path) {
+    Value v;
+    if (need(path, Value::Kind::String, &v)) field = v.text;
+  };
+  // Keys whose DeepSpeed default is null: if_null is what null means to the engine, not a default.
+  auto num_or = [&](const std::string &path, double if_null) {
     Value v = value(path);
-    return v.kind == Value::Kind::String ? v.text : fallback;
+    return v.kind == Value::Kind::Number ? v.number : if_null;
+  };
+  auto i64_or = [&](const std::string &path, int64_t if_null) {
+    Value v = value(path);
+    return v.kind == Value::Kind::Number ? i64_of(v.number) : if_null;
+  };
+  auto text_or = [&](const std::string &path, const std::string &if_null) {
+    Value v = value(path);
+    return v.kind == Value::Kind::String ? v.text : if_null;
   };
 
   TrainConfig t;
@@ -74,34 +105,34 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
   t.gradient_accumulation_steps = batch.gas;
   t.world_size = world_size;
 
-  t.gradient_clipping = num("gradient_clipping", t.gradient_clipping);
-  t.prescale_gradients = flag("prescale_gradients", t.prescale_gradients);
-  t.gradient_predivide_factor = num("gradient_predivide_factor", t.gradient_predivide_factor);
-  std::string comm = text("communication_data_type", "");
+  num(t.gradient_clipping, "gradient_clipping");
+  flag(t.prescale_gradients, "prescale_gradients");
+  num(t.gradient_predivide_factor, "gradient_predivide_factor");
+  std::string comm = text_or("communication_data_type", "");
   t.has_communication_data_type = !comm.empty();
   t.communication_data_type = dtype_of(comm);
-  std::string accum = text("data_types.grad_accum_dtype", "");
+  std::string accum = text_or("data_types.grad_accum_dtype", "");
   t.has_grad_accum_dtype = !accum.empty();
   t.grad_accum_dtype = dtype_of(accum);
   // null (DeepSpeed 0.19's default) and Infinity mean never; the engine prints when it is positive.
-  t.steps_per_print = value("steps_per_print").kind == Value::Kind::Number ? i64("steps_per_print", 0) : 0;
-  t.comm_timeout_s = num("comm_timeout", 0.0);
-  t.wall_clock_breakdown = flag("wall_clock_breakdown", t.wall_clock_breakdown);
-  t.csv_monitor.enabled = flag("csv_monitor.enabled", t.csv_monitor.enabled);
-  t.csv_monitor.output_path = text("csv_monitor.output_path", t.csv_monitor.output_path);
-  t.csv_monitor.job_name = text("csv_monitor.job_name", t.csv_monitor.job_name);
+  t.steps_per_print = value("steps_per_print").kind == Value::Kind::Number ? i64_or("steps_per_print", 0) : 0;
+  t.comm_timeout_s = num_or("comm_timeout", 0.0);
+  flag(t.wall_clock_breakdown, "wall_clock_breakdown");
+  flag(t.csv_monitor.enabled, "csv_monitor.enabled");
+  text(t.csv_monitor.output_path, "csv_monitor.output_path");
+  text(t.csv_monitor.job_name, "csv_monitor.job_name");
 
-  t.fp16.enabled = flag("fp16.enabled", false);
-  t.fp16.loss_scale = num("fp16.loss_scale", t.fp16.loss_scale);
-  t.fp16.initial_scale_power = static_cast<int>(i64("fp16.initial_scale_power", t.fp16.initial_scale_power));
-  t.fp16.loss_scale_window = i64("fp16.loss_scale_window", t.fp16.loss_scale_window);
-  t.fp16.hysteresis = static_cast<int>(i64("fp16.hysteresis", t.fp16.hysteresis));
-  t.fp16.consecutive_hysteresis = flag("fp16.consecutive_hysteresis", t.fp16.consecutive_hysteresis);
-  t.fp16.min_loss_scale = num("fp16.min_loss_scale", t.fp16.min_loss_scale);
-  t.bf16_enabled = flag("bf16.enabled", false);
-  t.bf16_check_grad_overflow = flag("bf16.check_grad_overflow", false);
-  t.bf16_master_weights = flag("bf16.bf16_master_weights_and_grads", false);
-  t.bf16_optimizer_states = flag("bf16.bf16_optimizer_states", false);
+  flag(t.fp16.enabled, "fp16.enabled");
+  num(t.fp16.loss_scale, "fp16.loss_scale");
+  i64(t.fp16.initial_scale_power, "fp16.initial_scale_power");
+  i64(t.fp16.loss_scale_window, "fp16.loss_scale_window");
+  i64(t.fp16.hysteresis, "fp16.hysteresis");
+  flag(t.fp16.consecutive_hysteresis, "fp16.consecutive_hysteresis");
+  num(t.fp16.min_loss_scale, "fp16.min_loss_scale");
+  flag(t.bf16_enabled, "bf16.enabled");
+  flag(t.bf16_check_grad_overflow, "bf16.check_grad_overflow");
+  flag(t.bf16_master_weights, "bf16.bf16_master_weights_and_grads");
+  flag(t.bf16_optimizer_states, "bf16.bf16_optimizer_states");
 
   OptimizerConfig &o = t.optimizer;
   o.present = c.has_optimizer();
@@ -109,127 +140,140 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
     int type = c.optimizer_type();
     o.type = static_cast<OptimizerType>(type);
     const std::string p = "optimizer.params.";
-    o.lr = num(p + "lr", o.lr);
-    o.beta1 = num(p + "betas.0", o.beta1);
-    o.beta2 = num(p + "betas.1", o.beta2);
-    o.eps = num(p + "eps", o.eps);
-    o.weight_decay = num(p + "weight_decay", o.weight_decay);
+    num(o.lr, p + "lr");
+    num(o.beta1, p + "betas.0");
+    num(o.beta2, p + "betas.1");
+    num(o.eps, p + "eps");
+    num(o.weight_decay, p + "weight_decay");
     // DeepSpeed: type AdamW always decouples weight decay; type Adam does unless adam_w_mode is false.
-    o.adam_w_mode = o.type == OptimizerType::AdamW ? true : flag(p + "adam_w_mode", o.adam_w_mode);
-    o.bias_correction = flag(p + "bias_correction", o.bias_correction);
-    o.momentum = num(p + "momentum", o.momentum);
-    o.dampening = num(p + "dampening", o.dampening);
-    o.nesterov = flag(p + "nesterov", o.nesterov);
-    o.max_coeff = num(p + "max_coeff", o.max_coeff);
-    o.min_coeff = num(p + "min_coeff", o.min_coeff);
-    o.initial_accumulator_value = num(p + "initial_accumulator_value", o.initial_accumulator_value);
+    flag(o.adam_w_mode, p + "adam_w_mode");
+    if (o.type == OptimizerType::AdamW) o.adam_w_mode = true;
+    flag(o.bias_correction, p + "bias_correction");
+    num(o.momentum, p + "momentum");
+    num(o.dampening, p + "dampening");
+    flag(o.nesterov, p + "nesterov");
+    num(o.max_coeff, p + "max_coeff");
+    num(o.min_coeff, p + "min_coeff");
+    num(o.initial_accumulator_value, p + "initial_accumulator_value");
+    i64(o.freeze_step, p + "freeze_step");
+    i64(o.var_freeze_step, p + "var_freeze_step");
+    i64(o.var_update_scaler, p + "var_update_scaler");
+    i64(o.local_step_scaler, p + "local_step_scaler");
+    i64(o.local_step_clipper, p + "local_step_clipper");
   }
 
   SchedulerConfig &s = t.scheduler;
   if (c.has_scheduler()) {
     s.type = static_cast<SchedulerType>(c.scheduler_type());
     const std::string p = "scheduler.params.";
-    s.warmup_min_lr = num(p + "warmup_min_lr", s.warmup_min_lr);
-    s.warmup_max_lr = num(p + "warmup_max_lr", s.warmup_max_lr);
-    s.warmup_num_steps = i64(p + "warmup_num_steps", s.warmup_num_steps);
-    s.warmup_type = text(p + "warmup_type", s.warmup_type);
-    s.total_num_steps = i64(p + "total_num_steps", s.total_num_steps);
-    s.warmup_min_ratio = num(p + "warmup_min_ratio", s.warmup_min_ratio);
-    s.cos_min_ratio = num(p + "cos_min_ratio", s.cos_min_ratio);
-    s.cycle_min_lr = num(p + "cycle_min_lr", s.cycle_min_lr);
-    s.cycle_max_lr = num(p + "cycle_max_lr", s.cycle_max_lr);
-    s.decay_lr_rate = num(p + "decay_lr_rate", s.decay_lr_rate);
-    s.cycle_first_step_size = i64(p + "cycle_first_step_size", s.cycle_first_step_size);
-    s.cycle_second_step_size = i64(p + "cycle_second_step_size", s.cycle_second_step_size);
-    s.cycle_first_stair_count = i64(p + "cycle_first_stair_count", s.cycle_first_stair_count);
-    s.cycle_second_stair_count = i64(p + "cycle_second_stair_count", s.cycle_second_stair_count);
-    s.decay_step_size = i64(p + "decay_step_size", s.decay_step_size);
-    s.cycle_momentum = flag(p + "cycle_momentum", s.cycle_momentum);
-    s.cycle_min_mom = num(p + "cycle_min_mom", s.cycle_min_mom);
-    s.cycle_max_mom = num(p + "cycle_max_mom", s.cycle_max_mom);
-    s.decay_mom_rate = num(p + "decay_mom_rate", s.decay_mom_rate);
+    num(s.warmup_min_lr, p + "warmup_min_lr");
+    num(s.warmup_max_lr, p + "warmup_max_lr");
+    i64(s.warmup_num_steps, p + "warmup_num_steps");
+    text(s.warmup_type, p + "warmup_type");
+    s.total_num_steps = i64_or(p + "total_num_steps", s.total_num_steps);
+    num(s.warmup_min_ratio, p + "warmup_min_ratio");
+    num(s.cos_min_ratio, p + "cos_min_ratio");
+    s.cycle_min_lr = num_or(p + "cycle_min_lr", s.cycle_min_lr);
+    s.cycle_max_lr = num_or(p + "cycle_max_lr", s.cycle_max_lr);
+    num(s.decay_lr_rate, p + "decay_lr_rate");
+    i64(s.cycle_first_step_size, p + "cycle_first_step_size");
+    s.cycle_second_step_size = i64_or(p + "cycle_second_step_size", s.cycle_second_step_size);
+    i64(s.cycle_first_stair_count, p + "cycle_first_stair_count");
+    s.cycle_second_stair_count = i64_or(p + "cycle_second_stair_count", s.cycle_second_stair_count);
+    i64(s.decay_step_size, p + "decay_step_size");
+    flag(s.cycle_momentum, p + "cycle_momentum");
+    num(s.cycle_min_mom, p + "cycle_min_mom");
+    num(s.cycle_max_mom, p + "cycle_max_mom");
+    num(s.decay_mom_rate, p + "decay_mom_rate");
     // DeepSpeed's OneCycle cycles momentum only for an optimizer with betas: with SGD or Adagrad it
     // turns cycling off (check() warned), so SGD keeps its own momentum.
     if (s.type == SchedulerType::OneCycle && o.present &&
         (o.type == OptimizerType::SGD || o.type == OptimizerType::Adagrad))
       s.cycle_momentum = false;
-    s.lr_range_test_min_lr = num(p + "lr_range_test_min_lr", s.lr_range_test_min_lr);
-    s.lr_range_test_step_size = i64(p + "lr_range_test_step_size", s.lr_range_test_step_size);
-    s.lr_range_test_step_rate = num(p + "lr_range_test_step_rate", s.lr_range_test_step_rate);
-    s.lr_range_test_staircase = flag(p + "lr_range_test_staircase", s.lr_range_test_staircase);
+    num(s.lr_range_test_min_lr, p + "lr_range_test_min_lr");
+    i64(s.lr_range_test_step_size, p + "lr_range_test_step_size");
+    num(s.lr_range_test_step_rate, p + "lr_range_test_step_rate");
+    flag(s.lr_range_test_staircase, p + "lr_range_test_staircase");
   }
 
   ZeroConfig &z = t.zero;
   const std::string zp = "zero_optimization.";
-  z.stage = static_cast<int>(i64(zp + "stage", 0));
-  z.contiguous_gradients = flag(zp + "contiguous_gradients", z.contiguous_gradients);
-  z.reduce_scatter = flag(zp + "reduce_scatter", z.reduce_scatter);
-  z.reduce_bucket_size = i64(zp + "reduce_bucket_size", z.reduce_bucket_size);
-  z.allgather_partitions = flag(zp + "allgather_partitions", z.allgather_partitions);
-  z.allgather_bucket_size = i64(zp + "allgather_bucket_size", z.allgather_bucket_size);
-  z.overlap_comm = flag(zp + "overlap_comm", z.stage == 3);
-  z.round_robin_gradients = flag(zp + "round_robin_gradients", z.round_robin_gradients);
-  z.sub_group_size = i64(zp + "sub_group_size", z.sub_group_size);
-  z.stage3_prefetch_bucket_size = i64(zp + "stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size);
-  z.stage3_param_persistence_threshold =
-      i64(zp + "stage3_param_persistence_threshold", z.stage3_param_persistence_threshold);
-  z.stage3_max_live_parameters = i64(zp + "stage3_max_live_parameters", z.stage3_max_live_parameters);
-  z.stage3_max_reuse_distance = i64(zp + "stage3_max_reuse_distance", z.stage3_max_reuse_distance);
-  z.stage3_gather_16bit_weights_on_model_save =
-      flag(zp + "stage3_gather_16bit_weights_on_model_save", z.stage3_gather_16bit_weights_on_model_save);
+  i64(z.stage, zp + "stage");
+  flag(z.contiguous_gradients, zp + "contiguous_gradients");
+  flag(z.reduce_scatter, zp + "reduce_scatter");
+  i64(z.reduce_bucket_size, zp + "reduce_bucket_size");
+  flag(z.allgather_partitions, zp + "allgather_partitions");
+  i64(z.allgather_bucket_size, zp + "allgather_bucket_size");
+  flag(z.overlap_comm, zp + "overlap_comm");
+  flag(z.round_robin_gradients, zp + "round_robin_gradients");
+  i64(z.sub_group_size, zp + "sub_group_size");
+  i64(z.stage3_prefetch_bucket_size, zp + "stage3_prefetch_bucket_size");
+  i64(z.stage3_param_persistence_threshold, zp + "stage3_param_persistence_threshold");
+  i64(z.stage3_max_live_parameters, zp + "stage3_max_live_parameters");
+  i64(z.stage3_max_reuse_distance, zp + "stage3_max_reuse_distance");
+  flag(z.stage3_gather_16bit_weights_on_model_save, zp + "stage3_gather_16bit_weights_on_model_save");
   // hpZ is a stage-3 partitioning (DeepSpeed reads it only there); 0 means off, like 1.
-  z.zero_hpz_partition_size = std::max<int64_t>(1, i64(zp + "zero_hpz_partition_size", 1));
+  i64(z.zero_hpz_partition_size, zp + "zero_hpz_partition_size");
+  z.zero_hpz_partition_size = std::max<int64_t>(1, z.zero_hpz_partition_size);
   if (z.stage != 3) z.zero_hpz_partition_size = 1;
-  // MiCS (docs/zero.md): stage 3 only, groups of consecutive ranks that tile the world.
-  z.mics_shard_size = i64(zp + "mics_shard_size", -1);
+  flag(z.zero_quantized_weights, zp + "zero_quantized_weights");
+  flag(z.zero_quantized_nontrainable_weights, zp + "zero_quantized_nontrainable_weights");
+  flag(z.zero_quantized_gradients, zp + "zero_quantized_gradients");
+  // MiCS (docs/zero.md): stage 3 only; 0 or below means off. The rules are in config_rules.cpp.
+  i64(z.mics_shard_size, zp + "mics_shard_size");
   if (z.mics_shard_size <= 0) z.mics_shard_size = -1;
-  z.mics_hierarchical_params_gather =
-      z.mics_shard_size > 0 && flag(zp + "mics_hierarchical_params_gather", z.mics_hierarchical_params_gather);
-  if (z.mics_shard_size > 0) {
-    if (z.stage != 3)
-      return Error(DSRT_ERR_CONFIG,
-                   "zero_optimization.mics_shard_size %lld needs ZeRO stage 3 (MiCS shards parameters), but the stage "
-                   "is %d; set zero_optimization.stage to 3 or mics_shard_size to -1",
-                   static_cast<long long>(z.mics_shard_size), z.stage);
-    if (z.mics_shard_size > world_size || world_size % z.mics_shard_size != 0)
-      return Error(DSRT_ERR_CONFIG,
-                   "zero_optimization.mics_shard_size %lld does not divide the world size %d: MiCS shard groups of "
-                   "consecutive ranks must tile the world; use a divisor of %d",
-                   static_cast<long long>(z.mics_shard_size), world_size, world_size);
-    if (z.zero_hpz_partition_size > 1)
-      return Error(DSRT_ERR_CONFIG,
-                   "zero_optimization.mics_shard_size and zero_hpz_partition_size are both set: MiCS and hpZ are two "
-                   "different ways to keep parameter gathers inside a group; choose one (set the other to -1 / 1)");
-  }
+  flag(z.mics_hierarchical_params_gather, zp + "mics_hierarchical_params_gather");
+  if (z.mics_shard_size <= 0) z.mics_hierarchical_params_gather = false;
   for (OffloadConfig *offload : {&z.offload_optimizer, &z.offload_param}) {
     const bool is_param = offload == &z.offload_param;
     const std::string p = zp + (is_param ? "offload_param." : "offload_optimizer.");
-    offload->device = device_of(text(p + "device", "none"));
-    offload->nvme_path = text(p + "nvme_path", "");
-    offload->pin_memory = flag(p + "pin_memory", true);
-    offload->buffer_count = i64(p + "buffer_count", is_param ? 5 : 4);
-    offload->buffer_size = i64(p + "buffer_size", offload->buffer_size);
-    offload->max_in_cpu = i64(p + "max_in_cpu", offload->max_in_cpu);
-    offload->pipeline_read = flag(p + "pipeline_read", false);
-    offload->pipeline_write = flag(p + "pipeline_write", false);
-    offload->fast_init = flag(p + "fast_init", false);
-    offload->ratio = num(p + "ratio", 1.0);
+    std::string device;
+    text(device, p + "device");
+    offload->device = device_of(device);
+    offload->nvme_path = text_or(p + "nvme_path", "");
+    flag(offload->pin_memory, p + "pin_memory");
+    i64(offload->buffer_count, p + "buffer_count");
+    i64(offload->buffer_size, p + "buffer_size");
+    i64(offload->max_in_cpu, p + "max_in_cpu");
+    flag(offload->pipeline_read, p + "pipeline_read");
+    flag(offload->pipeline_write, p + "pipeline_write");
+    flag(offload->fast_init, p + "fast_init");
+    num(offload->ratio, p + "ratio");
     // Below the stage that reads it the section is ignored, as DeepSpeed ignores it (check() warned).
     if ((is_param && z.stage != 3) || (!is_param && z.stage == 0)) offload->device = OffloadDevice::None;
   }
 
-  t.aio.block_size = i64("aio.block_size", t.aio.block_size);
-  t.aio.queue_depth = i64("aio.queue_depth", t.aio.queue_depth);
-  t.aio.intra_op_parallelism = i64("aio.intra_op_parallelism", t.aio.intra_op_parallelism);
-  t.aio.single_submit = flag("aio.single_submit", t.aio.single_submit);
-  t.aio.overlap_events = flag("aio.overlap_events", t.aio.overlap_events);
-  t.aio.use_gds = flag("aio.use_gds", t.aio.use_gds);
-  t.checkpoint.use_node_local_storage = flag("checkpoint.use_node_local_storage", false);
-  t.checkpoint.load_universal = flag("checkpoint.load_universal", false);
+  i64(t.aio.block_size, "aio.block_size");
+  i64(t.aio.queue_depth, "aio.queue_depth");
+  i64(t.aio.intra_op_parallelism, "aio.intra_op_parallelism");
+  flag(t.aio.single_submit, "aio.single_submit");
+  flag(t.aio.overlap_events, "aio.overlap_events");
+  flag(t.aio.use_gds, "aio.use_gds");
+  flag(t.checkpoint.use_node_local_storage, "checkpoint.use_node_local_storage");
+  flag(t.checkpoint.load_universal, "checkpoint.load_universal");
+
+  DSRT_RETURN_IF_ERROR(missing);
+  // The engine's refusals that depend on the config alone (config_rules.h): refused here, so every
+  // caller of resolve (dsrt_engine_create, dsrt_config_check, `dsrt config check`) refuses alike.
+  DSRT_RETURN_IF_ERROR(check_train_config(t));
 
   t.effective_json = c.to_json();
   *out = std::move(t);
   return Status::Ok();
+}
+
+Status Config::validate(int world_size) const {
+  int world = world_size > 0 ? world_size : world_size_;
+  if (world <= 0) {
+    world = 1;
+    double train = 0, micro = 0, gas = 0;
+    if (get_number("train_batch_size", &train).ok() && get_number("train_micro_batch_size_per_gpu", &micro).ok() &&
+        get_number("gradient_accumulation_steps", &gas).ok() && micro * gas >= 1 && train >= micro * gas &&
+        std::fmod(train, micro * gas) == 0 && train / (micro * gas) <= 1e9)
+      world = static_cast<int>(train / (micro * gas));
+  }
+  TrainConfig scratch;
+  return resolve(world, &scratch);
 }
 
 }  // namespace dsrt

@@ -95,7 +95,7 @@ void add_pair(std::vector<KeySpec> *keys, const std::string &path, double first,
 constexpr uint32_t bit(int i) { return 1u << i; }
 // Optimizer indexes, as in kOptimizerTypes.
 constexpr uint32_t kAdam = bit(0), kAdamW = bit(1), kSGD = bit(2), kLamb = bit(3), kAdagrad = bit(4),
-                   kLion = bit(5), kOneBitAdam = bit(6);
+                   kLion = bit(5), kOneBitAdam = bit(6), kZeroOneAdam = bit(7);
 // Scheduler indexes, as in kSchedulerTypes.
 constexpr uint32_t kWarmupLR = bit(1), kWarmupDecayLR = bit(2), kWarmupCosineLR = bit(3), kOneCycle = bit(4),
                    kLRRangeTest = bit(5);
@@ -223,12 +223,9 @@ std::vector<KeySpec> build_schema_keys() {
   k.push_back(with(B(z + "round_robin_gradients", false), Support::Ignored,
                    "dsrt copies offloaded gradient partitions in its own order; the result is the same"));
   k.push_back(I(z + "zero_hpz_partition_size", 1, 0));
-  k.push_back(with(B(z + "zero_quantized_weights", false), Support::Unsupported,
-                   "ZeRO++ quantized weight communication (qwZ) is not implemented; set it to false"));
-  k.push_back(with(B(z + "zero_quantized_nontrainable_weights", false), Support::Unsupported,
-                   "ZeRO++ quantized non-trainable weights are not implemented; set it to false"));
-  k.push_back(with(B(z + "zero_quantized_gradients", false), Support::Unsupported,
-                   "ZeRO++ quantized gradient communication (qgZ) is not implemented; set it to false"));
+  k.push_back(B(z + "zero_quantized_weights", false));
+  k.push_back(B(z + "zero_quantized_nontrainable_weights", false));
+  k.push_back(B(z + "zero_quantized_gradients", false));
   // MiCS: removed by DeepSpeed 0.19; dsrt keeps the meaning of earlier versions (docs/zero.md).
   k.push_back(I(z + "mics_shard_size", -1, -1));
   k.push_back(B(z + "mics_hierarchical_params_gather", false));
@@ -256,8 +253,7 @@ std::vector<KeySpec> build_schema_keys() {
       k.push_back(B(o + "pipeline_read", false));
       k.push_back(B(o + "pipeline_write", false));
       k.push_back(with(B(o + "fast_init", false), Support::Ignored, "dsrt initializes NVMe optimizer state one way"));
-      k.push_back(with(N(o + "ratio", 1.0, 0.0, 1.0), Support::Unsupported,
-                       "partial optimizer offload (ZeRO-Offload++ ratio) is not implemented; set it to 1"));
+      k.push_back(N(o + "ratio", 1.0, 0.0, 1.0));  // ZeRO-Offload++ (stage 3, device "cpu")
       k.push_back(with(B(o + "super_offload", false), Support::Unsupported,
                        "SuperOffload (for Superchips) is not implemented; set it to false"));
       k.push_back(with(N(o + "cpuadam_cores_perc", 0.8, 0.0, 1.0), Support::Ignored,
@@ -283,7 +279,8 @@ std::vector<KeySpec> build_schema_keys() {
   k.push_back(with(B("optimizer.legacy_fusion", false), Support::Ignored,
                    "dsrt has one fused implementation per optimizer"));
   const std::string p = "optimizer.params.";
-  const uint32_t adam_like = kAdam | kAdamW | kOneBitAdam;
+  const uint32_t adam_like = kAdam | kAdamW | kOneBitAdam | kZeroOneAdam;
+  const uint32_t onebit = kOneBitAdam | kZeroOneAdam;
   k.push_back(for_optimizers(N(p + "lr", 1e-3, 0.0), adam_like | kSGD | kLamb | kLion));
   k.push_back(for_optimizers(N(p + "lr", 1e-2, 0.0), kAdagrad));
   add_pair(&k, p + "betas", 0.9, 0.999, 0.0, 0.999999999999, adam_like | kLamb);
@@ -311,7 +308,7 @@ std::vector<KeySpec> build_schema_keys() {
   k.push_back(for_optimizers(N(p + "min_coeff", 0.01, 0.0), kLamb));
   k.push_back(for_optimizers(with(B(p + "eps_inside_sqrt", false), Support::Unsupported,
                                   "eps inside the square root is not implemented; set it to false"),
-                             kLamb | kOneBitAdam));
+                             kLamb | onebit));
   k.push_back(for_optimizers(N(p + "momentum", 0.0, 0.0), kSGD));
   k.push_back(for_optimizers(N(p + "dampening", 0.0, 0.0), kSGD));
   k.push_back(for_optimizers(B(p + "nesterov", false), kSGD));
@@ -320,9 +317,20 @@ std::vector<KeySpec> build_schema_keys() {
                                   "Adagrad lr_decay is not implemented; use a scheduler and set it to 0"),
                              kAdagrad));
   k.push_back(for_optimizers(I(p + "freeze_step", 100000, 0), kOneBitAdam));
-  k.push_back(for_optimizers(B(p + "cuda_aware", false), kOneBitAdam));
-  k.push_back(for_optimizers(C(p + "comm_backend_name", "nccl", {"nccl", "mpi", "hccl", "compressed"}),
-                             kOneBitAdam));
+  k.push_back(for_optimizers(I(p + "var_freeze_step", 100000, 0), kZeroOneAdam));
+  k.push_back(for_optimizers(I(p + "var_update_scaler", 16, 1), kZeroOneAdam));
+  k.push_back(for_optimizers(I(p + "local_step_scaler", 32678, 1), kZeroOneAdam));
+  k.push_back(for_optimizers(I(p + "local_step_clipper", 16, 1), kZeroOneAdam));
+  k.push_back(for_optimizers(with(N(p + "max_grad_norm", 0.0, 0.0), Support::Ignored,
+                                  "DeepSpeed's 0/1 Adam stores it and never reads it; use gradient_clipping"),
+                             kZeroOneAdam));
+  k.push_back(for_optimizers(with(B(p + "cuda_aware", false), Support::Ignored,
+                                  "dsrt's 1-bit all-reduce runs on host buffers over the engine's communicator"),
+                             onebit));
+  k.push_back(for_optimizers(with(C(p + "comm_backend_name", "nccl", {"nccl", "mpi", "hccl", "compressed"}),
+                                  Support::Ignored,
+                                  "dsrt's 1-bit all-reduce always runs over the engine's communicator"),
+                             onebit));
 
   // --- scheduler
   KeySpec sched = C("scheduler.type", nullptr, {});

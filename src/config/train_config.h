@@ -1,8 +1,10 @@
 // train_config.h -- the typed, fully resolved configuration the engine runs on.
 //
 // src/config parses DeepSpeed JSON into a Config (config.h) and resolves it into this struct;
-// every other layer reads only this struct. Member initializers are DeepSpeed's defaults, so a
-// default-constructed TrainConfig is what an empty "{}" config means (with batch terms of 1).
+// every other layer reads only this struct. The defaults are the schema's (schema_table.cpp):
+// Config::resolve takes every value from there. The member initializers below only serve C++ code
+// that builds a TrainConfig by hand (tests); test_config_rules checks that a default-constructed
+// TrainConfig equals what resolve gives for "{}", so the two cannot drift apart.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +15,7 @@
 
 namespace dsrt {
 
-enum class OptimizerType { Adam, AdamW, SGD, Lamb, Adagrad, Lion, OneBitAdam };
+enum class OptimizerType { Adam, AdamW, SGD, Lamb, Adagrad, Lion, OneBitAdam, ZeroOneAdam };
 enum class SchedulerType { None, WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest };
 enum class OffloadDevice { None, Cpu, Nvme };
 
@@ -33,6 +35,14 @@ struct OptimizerConfig {
   double max_coeff = 10.0;       // Lamb trust-ratio clamp
   double min_coeff = 0.01;
   double initial_accumulator_value = 0.0;  // Adagrad
+  int64_t freeze_step = 100000;  // OneBitAdam: steps of the uncompressed warm-up stage
+  // ZeroOneAdam (0/1 Adam): the variance is updated until var_freeze_step, its interval doubling
+  // every var_update_scaler updates; after it, the local-step interval doubles every
+  // local_step_scaler steps up to local_step_clipper.
+  int64_t var_freeze_step = 100000;
+  int64_t var_update_scaler = 16;
+  int64_t local_step_scaler = 32678;
+  int64_t local_step_clipper = 16;
 };
 
 struct SchedulerConfig {
@@ -78,7 +88,7 @@ struct Fp16Config {
 struct OffloadConfig {
   OffloadDevice device = OffloadDevice::None;
   std::string nvme_path;
-  bool pin_memory = false;
+  bool pin_memory = true;
   int64_t buffer_count = 4;       // optimizer default 4, param default 5
   int64_t buffer_size = 100000000;  // param only
   int64_t max_in_cpu = 1000000000;  // param only
@@ -105,6 +115,11 @@ struct ZeroConfig {
   bool stage3_gather_16bit_weights_on_model_save = false;
   // ZeRO++ hpZ: ranks per secondary-partition group (1 or 0: off). Stage 3 only; 1 below it.
   int64_t zero_hpz_partition_size = 1;
+  // ZeRO++ (stage 3 only; DeepSpeed ignores them at other stages): int8 parameter all-gathers
+  // (qwZ), of frozen tensors only, and int4 gradient reduce-scatter (qgZ). docs/zero.md.
+  bool zero_quantized_weights = false;
+  bool zero_quantized_nontrainable_weights = false;
+  bool zero_quantized_gradients = false;
   // MiCS (DeepSpeed <= 0.18's mics_shard_size; a dsrt extension since 0.19 removed it): ranks per
   // shard group at stage 3, parameters/gradients/optimizer states partitioned inside the group and
   // replicated across groups. 0 or below: off (every rank one group).
@@ -151,7 +166,7 @@ struct TrainConfig {
   bool bf16_enabled = false;
   // DeepSpeed skips a bf16 step with inf/nan gradients only when this is true; dsrt skips such a
   // step in every precision (a non-finite update would destroy the masters), so it is recorded only.
-  bool bf16_check_grad_overflow = false;
+  bool bf16_check_grad_overflow = true;
   // bf16.bf16_master_weights_and_grads: the master weights are kept in bf16 (no fp32 copy);
   // bf16.bf16_optimizer_states: so are the optimizer states. DeepSpeed's lower-memory bf16 mode:
   // the update is computed in fp32 and each stored value rounded to the nearest bf16.

@@ -1,6 +1,7 @@
 // defines: Engine creation, registration, build (rank agreement, partitioning, allocation),
 // tensor access, fp32 read/write and memory accounting. The step pipeline is in engine_step.cpp.
 #include "engine/engine.h"
+#include "optim/step_constants.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +10,7 @@
 #include "comm/comm_checks.h"
 #include "comm/device_comm.h"
 #include "comm/staged/staged_comm.h"
-#include "config/bf16_master_rules.h"
+#include "config/config_rules.h"
 #include "device/device_select.h"
 #include "optim/cpu_optimizer.h"
 #include "util/half.h"
@@ -39,80 +40,9 @@ Engine::~Engine() {
 Status Engine::create(const TrainConfig &config, std::shared_ptr<Comm> comm, std::unique_ptr<Engine> *out,
                       const char *device_spec, const char *device_origin) {
   if (!comm) return Error(DSRT_ERR_INVALID_ARGUMENT, "engine create: no communicator");
-  if (config.fp16.enabled && config.bf16_enabled)
-    return Error(DSRT_ERR_CONFIG, "fp16.enabled and bf16.enabled are both true; enable at most one");
-  DSRT_RETURN_IF_ERROR(LossScaler::validate_config(config.fp16, config.fp16.enabled));
-  if (config.gradient_accumulation_steps < 1)
-    return Error(DSRT_ERR_CONFIG, "gradient_accumulation_steps is %lld; it must be at least 1",
-                 static_cast<long long>(config.gradient_accumulation_steps));
-  if (config.zero.stage < 0 || config.zero.stage > 3)
-    return Error(DSRT_ERR_CONFIG, "zero_optimization.stage is %d; use 0, 1, 2 or 3", config.zero.stage);
-  if (!(config.gradient_clipping >= 0.0) || !std::isfinite(config.gradient_clipping))
-    return Error(DSRT_ERR_CONFIG, "gradient_clipping is %g; use 0 (off) or a positive norm", config.gradient_clipping);
-  if (!(config.gradient_predivide_factor > 0.0) || !std::isfinite(config.gradient_predivide_factor))
-    return Error(DSRT_ERR_CONFIG, "gradient_predivide_factor is %g; it must be positive",
-                 config.gradient_predivide_factor);
-  const struct {
-    const char *key;
-    int64_t value;
-  } positive[] = {{"zero_optimization.stage3_max_live_parameters", config.zero.stage3_max_live_parameters}};
-  for (const auto &p : positive)
-    if (p.value < 1)
-      return Error(DSRT_ERR_CONFIG, "%s is %lld; it must be a positive number of elements", p.key,
-                   static_cast<long long>(p.value));
-  // 0 has DeepSpeed's meaning: one bucket per gradient; each partition gathered in one piece.
-  if (config.zero.reduce_bucket_size < 0 || config.zero.allgather_bucket_size < 0)
-    return Error(DSRT_ERR_CONFIG,
-                 "zero_optimization.reduce_bucket_size (%lld) and allgather_bucket_size (%lld) must not be negative",
-                 static_cast<long long>(config.zero.reduce_bucket_size),
-                 static_cast<long long>(config.zero.allgather_bucket_size));
-  if (config.zero.stage3_prefetch_bucket_size < 0 || config.zero.stage3_max_reuse_distance < 0 ||
-      config.zero.stage3_param_persistence_threshold < 0)
-    return Error(DSRT_ERR_CONFIG,
-                 "zero_optimization.stage3_prefetch_bucket_size, stage3_max_reuse_distance and "
-                 "stage3_param_persistence_threshold must not be negative (0 turns each off)");
-  if (config.optimizer.type == OptimizerType::SGD && config.optimizer.nesterov &&
-      (config.optimizer.momentum <= 0.0 || config.optimizer.dampening != 0.0))
-    return Error(DSRT_ERR_CONFIG,
-                 "optimizer.params.nesterov needs momentum > 0 and dampening 0 (momentum %g, dampening %g)",
-                 config.optimizer.momentum, config.optimizer.dampening);
-  if (config.optimizer.type == OptimizerType::OneBitAdam)
-    return Error(DSRT_ERR_UNSUPPORTED,
-                 "optimizer.type OneBitAdam (1-bit compressed communication) is not implemented; use Adam or AdamW");
-  if (config.zero.offload_param.device == OffloadDevice::Nvme) {
-    if (config.zero.stage != 3)
-      return Error(DSRT_ERR_CONFIG, "zero_optimization.offload_param needs stage 3 (stage is %d)", config.zero.stage);
-    if (config.zero.offload_param.nvme_path.empty())
-      return Error(DSRT_ERR_CONFIG, "zero_optimization.offload_param.nvme_path is required when its device is \"nvme\"");
-    if (config.zero.offload_param.buffer_count < 1 || config.zero.offload_param.buffer_size < 1)
-      return Error(DSRT_ERR_CONFIG,
-                   "zero_optimization.offload_param.buffer_count (%lld) and buffer_size (%lld elements) must be positive",
-                   static_cast<long long>(config.zero.offload_param.buffer_count),
-                   static_cast<long long>(config.zero.offload_param.buffer_size));
-  }
-  if (config.zero.offload_optimizer.device == OffloadDevice::Nvme) {
-    if (config.zero.stage < 1)
-      return Error(DSRT_ERR_CONFIG,
-                   "zero_optimization.offload_optimizer.device \"nvme\" needs ZeRO stage 1, 2 or 3 (stage is 0)");
-    if (config.optimizer.type == OptimizerType::Lamb)
-      return Error(DSRT_ERR_UNSUPPORTED,
-                   "optimizer Lamb with offload_optimizer.device \"nvme\" is not implemented: Lamb's trust ratio "
-                   "needs whole-tensor norms before any weight is updated, which the single NVMe sub-group pass "
-                   "cannot provide; use Adam/AdamW, or offload_optimizer.device \"cpu\"");
-    if (config.zero.offload_optimizer.nvme_path.empty())
-      return Error(DSRT_ERR_CONFIG,
-                   "zero_optimization.offload_optimizer.nvme_path is required when its device is \"nvme\"");
-    if (config.zero.sub_group_size < 0)
-      return Error(DSRT_ERR_CONFIG, "zero_optimization.sub_group_size is %lld; it must not be negative (0: one "
-                   "sub-group per parameter)",
-                   static_cast<long long>(config.zero.sub_group_size));
-    if (config.zero.offload_optimizer.buffer_count < 1)
-      return Error(DSRT_ERR_CONFIG, "zero_optimization.offload_optimizer.buffer_count is %lld; it must be at least 1",
-                   static_cast<long long>(config.zero.offload_optimizer.buffer_count));
-  }
-  if (config.zero.offload_param.device != OffloadDevice::None && config.zero.stage != 3)
-    return Error(DSRT_ERR_CONFIG, "zero_optimization.offload_param needs stage 3 (stage is %d)", config.zero.stage);
-  DSRT_RETURN_IF_ERROR(check_bf16_master_rules(config));
+  // Every refusal that depends on the config alone lives in src/config (config_rules.h), so
+  // `dsrt config check` refuses the same configs with the same messages.
+  DSRT_RETURN_IF_ERROR(check_train_config(config));
 
   std::unique_ptr<Engine> engine(new Engine());
   engine->config_ = config;
@@ -284,20 +214,44 @@ Status Engine::allocate_states() {
   // the CPU optimizer and host-side reads touch them, so they are page-locked only when
   // offload_optimizer.pin_memory asks (DeepSpeed's meaning). The transfer staging below is always pinned.
   const bool on_host = host_optimizer();
+  // offload_optimizer.ratio < 1: the first offload_split_ elements stay on the device (fp32 masters
+  // only: the bf16 master mode refuses a ratio below 1, so a split never meets bf16 storage).
+  offload_split_ = compute_offload_split();
+  const size_t split = static_cast<size_t>(offload_split_);
   auto allocate_state = [&](DeviceBuffer *out, dsrt_dtype dtype, const char *what) {
-    const size_t bytes = part * dtype_size(dtype);
-    const Status s = on_host ? allocate_offloaded(bytes, config_.zero.offload_optimizer, out)
-                             : device_->allocate(bytes, out);
+    const Status s = on_host ? allocate_offloaded((part - split) * dtype_size(dtype), config_.zero.offload_optimizer, out)
+                             : device_->allocate(part * dtype_size(dtype), out);
     return s.with_context(what);
   };
-  if (!on_nvme)
+  if (split > 0) {
+    auto fill_device = [&](DeviceBuffer *buffer, size_t n, float value) -> Status {
+      if (value == 0.0f || n == 0) return Status::Ok();
+      const std::vector<float> filled(n, value);
+      DSRT_RETURN_IF_ERROR(device_->copy(buffer->data(), filled.data(), n * sizeof(float), nullptr));
+      return device_->synchronize(nullptr);
+    };
+    DSRT_RETURN_IF_ERROR(device_->allocate(split * sizeof(float), &dev_master_)
+                             .with_context("allocating the device part of the fp32 master weights (offload_optimizer.ratio)"));
+    for (int i = 0; i < num_states_; ++i) {
+      DSRT_RETURN_IF_ERROR(device_->allocate(split * sizeof(float), &dev_states_[i])
+                               .with_context("allocating the device part of the optimizer states (offload_optimizer.ratio)"));
+      DSRT_RETURN_IF_ERROR(fill_device(&dev_states_[i], split, optimizer_state_initial_value(config_.optimizer, i)));
+    }
+  }
+  // ratio 0: nothing is left for the host.
+  const bool host_part = !on_nvme && !(on_host && split == part);
+  if (host_part)
     DSRT_RETURN_IF_ERROR(allocate_state(&master_, master_dtype_,
                                         master_dtype_ == DSRT_F32 ? "allocating fp32 master weights"
                                                                   : "allocating bf16 master weights"));
-  for (int i = 0; i < num_states_ && !on_nvme; ++i) {
+  for (int i = 0; i < num_states_ && host_part; ++i) {
     DSRT_RETURN_IF_ERROR(allocate_state(&states_[i], state_dtype_, "allocating optimizer states"));
     const float value = optimizer_state_initial_value(config_.optimizer, i);
     if (value == 0.0f) continue;
+    if (split > 0) {
+      std::fill(states_[i].as<float>(), states_[i].as<float>() + (part - split), value);  // host, fp32
+      continue;
+    }
     const std::vector<float> filled(part, value);
     DSRT_RETURN_IF_ERROR(copy_state(i, 0, part, const_cast<float *>(filled.data()), true));
   }
@@ -341,12 +295,13 @@ Status Engine::build_impl() {
   if (config_.zero.offload_optimizer.device == OffloadDevice::Nvme) {
     DSRT_RETURN_IF_ERROR(nvme_build(part_.owned_segments(part_rank())));
   } else {
-    // The masters may be device memory (and bf16): copy_state converts and copies through the device.
+    // The masters may be device memory, bf16, or split by offload_optimizer.ratio: split_state_copy
+    // converts and copies through the device.
     for (const OwnedSegment &seg : part_.owned_segments(part_rank())) {
       const TensorInfo &info = tensors_[seg.tensor];
       if (!info.init.empty())
-        DSRT_RETURN_IF_ERROR(copy_state(-1, static_cast<size_t>(seg.part_offset), static_cast<size_t>(seg.count),
-                                        const_cast<float *>(info.init.data() + seg.tensor_begin), true));
+        DSRT_RETURN_IF_ERROR(split_state_copy(-1, static_cast<size_t>(seg.part_offset), static_cast<size_t>(seg.count),
+                                              const_cast<float *>(info.init.data() + seg.tensor_begin), true));
     }
   }
   if (part_.flat()) {
@@ -386,10 +341,30 @@ Status Engine::build_impl() {
           .with_context("copying reduced gradients to host memory (offload_optimizer)");
     };
   }
+  const bool zeropp = config_.zero.zero_quantized_weights || config_.zero.zero_quantized_nontrainable_weights ||
+                      config_.zero.zero_quantized_gradients;
+  if (zeropp && part_.stage() != 3)
+    log_warn_once("zeropp-stage", Format("zero_optimization.zero_quantized_*: ZeRO++ quantized communication acts at "
+                                         "stage 3 only (as in DeepSpeed); stage %d ignores it", part_.stage()));
+  ro.quantized_gradients = part_.stage() == 3 && config_.zero.zero_quantized_gradients;
+  if (ro.quantized_gradients) {
+    // DeepSpeed's group per tensor shape; 1-D tensors (biases, norms) go unquantized.
+    for (const TensorInfo &t : tensors_)
+      ro.qgz_groups.push_back(qgz_group_for_shape(t.shape.data(), static_cast<int>(t.shape.size()), part_comm_->size()));
+  }
   DSRT_RETURN_IF_ERROR(reducer_.init(&part_, part_comm_.get(), device_.get(), backend_.get(), ro));
+  if (onebit_type() && device_->type() != DSRT_DEVICE_CPU)
+    return Error(DSRT_ERR_UNSUPPORTED,
+                 "optimizer.type %s runs on the CPU device only in dsrt (its compression kernels are "
+                 "host loops); use the CPU device, or Adam/AdamW on the GPU",
+                 optimizer_type_name(config_.optimizer.type));
+  DSRT_RETURN_IF_ERROR(onebit_build());
   reducer_.set_divide_by_accumulation(scale_wrt_gas_);
   reducer_.set_last_micro_step(boundary_override_);
 
+  // Frozen tensors before the coordinator: at stage 3 they are its entries after the trainable ones,
+  // sharded over the coordinator's group (MiCS: the shard group).
+  DSRT_RETURN_IF_ERROR(frozen_.build(part_comm_.get(), device_.get(), working_dtype(), part_.stage()));
   if (!part_.flat()) {
     CoordinatorOptions co;
     co.working_dtype = working_dtype();
@@ -397,14 +372,17 @@ Status Engine::build_impl() {
     co.max_live_elems = config_.zero.stage3_max_live_parameters;
     co.max_reuse_distance = config_.zero.stage3_max_reuse_distance;
     co.persistence_threshold = config_.zero.stage3_param_persistence_threshold;
+    co.quantized_weights = config_.zero.zero_quantized_weights;
+    co.quantized_nontrainable = config_.zero.zero_quantized_nontrainable_weights;
     std::vector<std::string> names;
     for (const TensorInfo &t : tensors_) names.push_back(t.name);
     coordinator_ = std::make_unique<ParamCoordinator>();
-    DSRT_RETURN_IF_ERROR(coordinator_->init(&part_, gather_comm_ ? gather_comm_.get() : part_comm_.get(), device_.get(), co, working_.data(), std::move(names)));
+    DSRT_RETURN_IF_ERROR(coordinator_->init(&part_, gather_comm_ ? gather_comm_.get() : part_comm_.get(), device_.get(), co, working_.data(), std::move(names),
+                                            frozen_.entries()));
+    frozen_.attach(coordinator_.get(), tensors_.size());
     DSRT_RETURN_IF_ERROR(hpz_build());
     if (config_.zero.offload_param.device != OffloadDevice::None) DSRT_RETURN_IF_ERROR(param_offload_build());
   }
-  DSRT_RETURN_IF_ERROR(frozen_.build(part_comm_.get(), device_.get(), working_dtype(), part_.stage()));
   fix_step_lrs();
   built_ = true;
   timers_.reset();
@@ -532,7 +510,7 @@ Status Engine::read_partition_state(int state, size_t offset, size_t count, floa
   DSRT_RETURN_IF_ERROR(check_partition_range("read_partition_state", state, offset, count, out));
   if (count == 0) return Status::Ok();
   if (nvme_) return nvme_range(state, offset, count, out, false);
-  return copy_state(state, offset, count, out, false);
+  return split_state_copy(state, offset, count, out, false);
 }
 
 Status Engine::copy_state(int state, size_t offset, size_t count, float *host, bool write) {
@@ -570,7 +548,7 @@ Status Engine::write_partition_state(int state, size_t offset, size_t count, con
   DSRT_RETURN_IF_ERROR(check_partition_range("write_partition_state", state, offset, count, src));
   if (count == 0) return Status::Ok();
   if (nvme_) return nvme_range(state, offset, count, const_cast<float *>(src), true);
-  return copy_state(state, offset, count, const_cast<float *>(src), true);
+  return split_state_copy(state, offset, count, const_cast<float *>(src), true);
 }
 
 Status Engine::write_fp32(size_t t, const float *src, uint64_t count) {
@@ -616,17 +594,39 @@ Status Engine::refresh_working_copies_impl() {
   char *working = static_cast<char *>(working_.data());
   const int64_t base = working_partition_base();
   const int64_t master_elem = static_cast<int64_t>(dtype_size(master_dtype_));
-  if (host_optimizer()) {
-    // Host masters: convert into the host staging and copy it up, as the step does.
-    for (const OwnedSegment &seg : part_.owned_segments(part_rank()))
-      DSRT_RETURN_IF_ERROR(host_backend_->convert(master_.as<char>() + seg.part_offset * master_elem, master_dtype_,
-                                                  host_working_.as<char>() + seg.part_offset * static_cast<int64_t>(wsize),
-                                                  working_dtype(), static_cast<size_t>(seg.count)));
+  if (stages_through_host()) {
+    if (offload_split_ == 0) {
+      // Host masters: convert into the host staging and copy it up, as the step does.
+      for (const OwnedSegment &seg : part_.owned_segments(part_rank()))
+        DSRT_RETURN_IF_ERROR(host_backend_->convert(master_.as<char>() + seg.part_offset * master_elem, master_dtype_,
+                                                    host_working_.as<char>() + seg.part_offset * static_cast<int64_t>(wsize),
+                                                    working_dtype(), static_cast<size_t>(seg.count)));
+    } else {
+      // The device part of a split (offload_optimizer.ratio, fp32 masters) converts on the device
+      // straight into the working shards; the host part through the host staging.
+      for (const OwnedSegment &seg : part_.owned_segments(part_rank())) {
+        for (int64_t lo = seg.part_offset, end = seg.part_offset + seg.count; lo < end;) {
+          const bool on_device = lo < offload_split_;
+          const int64_t hi = on_device ? std::min(end, offload_split_) : end;
+          if (on_device) {
+            DSRT_RETURN_IF_ERROR(backend_->convert(state_at(-1, lo), DSRT_F32,
+                                                   working + (base + lo) * static_cast<int64_t>(wsize), working_dtype(),
+                                                   static_cast<size_t>(hi - lo)));
+          } else {
+            DSRT_RETURN_IF_ERROR(host_backend_->convert(state_at(-1, lo), DSRT_F32,
+                                                        host_working_.as<char>() + lo * static_cast<int64_t>(wsize),
+                                                        working_dtype(), static_cast<size_t>(hi - lo)));
+          }
+          lo = hi;
+        }
+      }
+      DSRT_RETURN_IF_ERROR(backend_->synchronize());
+    }
     DSRT_RETURN_IF_ERROR(upload_working_partition());
   }
   std::vector<float> staged;  // NVMe: one segment at a time
   for (const OwnedSegment &seg : part_.owned_segments(part_rank())) {
-    if (host_optimizer()) break;
+    if (stages_through_host()) break;
     const int64_t at = base + seg.part_offset;
     if (nvme_) {
       staged.resize(static_cast<size_t>(seg.count));
@@ -634,9 +634,11 @@ Status Engine::refresh_working_copies_impl() {
       DSRT_RETURN_IF_ERROR(write_working_from_host(staged.data(), staged.size(), at));
       continue;
     }
-    DSRT_RETURN_IF_ERROR(backend_->convert(master_.as<char>() + seg.part_offset * master_elem, master_dtype_,
-                                           working + at * static_cast<int64_t>(wsize), working_dtype(),
-                                           static_cast<size_t>(seg.count)));
+    // Host masters on the CPU device (offload "cpu") convert straight into the working copy.
+    OptimizerBackend &backend = host_optimizer() ? *host_backend_ : *backend_;
+    DSRT_RETURN_IF_ERROR(backend.convert(master_.as<char>() + seg.part_offset * master_elem, master_dtype_,
+                                         working + at * static_cast<int64_t>(wsize), working_dtype(),
+                                         static_cast<size_t>(seg.count)));
   }
   DSRT_RETURN_IF_ERROR(backend_->synchronize());
   if (part_.flat()) {
@@ -667,8 +669,10 @@ Status Engine::memory(dsrt_memory_stats *out) const {
   if (built_) {
     // offload_param: working_ exists only during a step; the shards are in host memory or on NVMe.
     stats.working_params[dev] += working_.bytes();
-    // Frozen tensors: their working copies only (shards at stage 3) and gathered copies in use.
-    stats.working_params[dev] += frozen_.resident_bytes() + frozen_.gathered_bytes();
+    // Frozen tensors: their working copies only (shards at stage 3, unless offload_param moved them to
+    // host memory or NVMe, counted below); their gathered copies are the coordinator's, as are hpZ's
+    // secondary partitions.
+    stats.working_params[dev] += frozen_.resident_bytes();
     if (coordinator_) stats.working_params[dev] += coordinator_->gathered_bytes() + coordinator_->secondary_bytes();
     stats.working_params[DSRT_LOC_HOST] += param_nvme_resident_bytes();
     stats.working_params[DSRT_LOC_NVME] += param_nvme_shard_bytes();
@@ -688,18 +692,21 @@ Status Engine::memory(dsrt_memory_stats *out) const {
       stats.gradients[DSRT_LOC_HOST] += host_grads_.bytes();
       stats.master_params[opt_loc] += master_.bytes();
       for (int i = 0; i < num_states_; ++i) stats.optimizer_states[opt_loc] += states_[i].bytes();
+      // offload_optimizer.ratio < 1: the device part of the masters and states.
+      stats.master_params[dev] += dev_master_.bytes();
+      for (int i = 0; i < num_states_; ++i) stats.optimizer_states[dev] += dev_states_[i].bytes();
     }
     stats.buffers[host_optimizer() ? DSRT_LOC_HOST : dev] += lamb_update_.bytes();
+    for (const OneBitGroup &group : onebit_) {  // 1-bit Adam: host memory (the CPU device only)
+      stats.optimizer_states[dev] += group.reduce.error_bytes();
+      stats.optimizer_states[dev] += group.accumulator.size() * sizeof(float);  // 0/1 Adam's u
+      stats.buffers[dev] += group.reduce.scratch_bytes() + group.momentum.size() * sizeof(float);
+    }
     stats.buffers[DSRT_LOC_HOST] += host_working_.bytes();
     stats.buffers[dev] += reducer_.buffer_bytes() + gather_staging_.bytes();
     if (coordinator_) stats.buffers[dev] += coordinator_->cached_bytes();
   }
-  const uint64_t size = out->struct_size;
-  if (size < sizeof(uint64_t))
-    return Error(DSRT_ERR_INVALID_ARGUMENT, "engine_memory: struct_size is %llu; set it to sizeof(dsrt_memory_stats)",
-                 static_cast<unsigned long long>(size));
-  std::memcpy(reinterpret_cast<char *>(out) + sizeof(uint64_t), reinterpret_cast<const char *>(&stats) + sizeof(uint64_t),
-              std::min<uint64_t>(size, sizeof stats) - sizeof(uint64_t));
+  *out = stats;  // whole; dsrt_engine_memory copies the caller's struct_size bytes
   return Status::Ok();
 }
 

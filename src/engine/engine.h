@@ -2,7 +2,7 @@
 //
 // Internals reachable from other modules (checkpoints, offload, tools):
 //   partitioning()            which elements of which tensor every rank holds (zero/partition.h);
-//                             owned_segments(rank()) lists this rank's pieces and where they sit
+//                             owned_segments(part_rank()) lists this rank's pieces and where they sit
 //                             (part_offset) in the partition buffers below.
 //   master_partition()        this rank's fp32 master weights, partitioning().partition_elems() long
 //                             (nullptr when they are kept in bf16: master_dtype())
@@ -51,6 +51,7 @@
 #include "optim/cpu_optimizer.h"
 #include "optim/optimizer_backend.h"
 #include "util/status.h"
+#include "zero/compressed_allreduce.h"
 #include "zero/grad_reducer.h"
 #include "zero/param_coordinator.h"
 #include "zero/partition.h"
@@ -190,8 +191,12 @@ class Engine {
   bool param_nvme_offload() const { return param_nvme_ != nullptr; }  // offload_param "nvme"
   NvmeSwapper *param_nvme_swapper() const { return param_nvme_.get(); }
   const GradReducer &grad_reducer() const { return reducer_; }
-  // offload_optimizer: the host copy of the fp32 gradient partition (nullptr without offload).
+  // offload_optimizer: the host copy of the fp32 gradient partition (nullptr without offload, and
+  // on the CPU device, where the optimizer reads the accumulator in place).
   const float *host_grad_partition() const { return host_grads_.as<float>(); }
+  // Tests: before build, make offload_optimizer "cpu" on the CPU device stage the gradients and
+  // the working partition through host buffers as on a GPU (the default there is in place).
+  Status set_host_staging_on_cpu(bool on);
   const ParamCoordinator *param_coordinator() const { return coordinator_.get(); }  // stage 3 only
   const Comm *hpz_group() const { return hpz_comm_.get(); }  // ZeRO++ hpZ group (null: off)
   // The ranks the state is partitioned over: the world, or with MiCS (mics_shard_size) this rank's
@@ -209,6 +214,32 @@ class Engine {
     counters_ = counters;
     step_lrs_valid_ = false;  // a loaded engine has not run a boundary yet
   }
+  // 1-bit Adam: whether the next update runs in the compression stage (DeepSpeed's step count,
+  // applied_steps + 1, is past max(freeze_step, 2): its first step only initializes, and the
+  // check follows each warm-up update), and group g's compressed all-reduce (nullptr for another
+  // optimizer). onebit_reset_errors zeroes every worker and server error (after a load, as
+  // DeepSpeed's load_state_dict drops them).
+  // 0/1 Adam (ZeroOneAdam, engine_zero_one.cpp): onebit_compressing() says whether the next
+  // update keeps the gradients local (a step between variance updates, or any step once the
+  // variance is frozen); zero_one_frozen() whether the next update runs in the local-step stage;
+  // onebit_reset_errors also restarts its interval policy, its accumulated update u and its
+  // learning-rate sums (DeepSpeed's ZeroOneAdam.load_state_dict drops them all).
+  bool onebit_compressing() const;
+  bool onebit_type() const {
+    return config_.optimizer.type == OptimizerType::OneBitAdam || config_.optimizer.type == OptimizerType::ZeroOneAdam;
+  }
+  bool zero_one_frozen() const;
+  struct ZeroOnePolicy {
+    int64_t var_interval = 1, var_counter = 0;      // variance updated every var_interval steps
+    int64_t local_interval = 1, local_counter = 0;  // after the freeze: a sync every local_interval steps
+    bool errors_zeroed = false;                     // the errors were restarted when the variance froze
+  };
+  const ZeroOnePolicy &zero_one_policy() const { return zero_one_; }
+  const std::vector<float> *zero_one_accumulator(size_t g) const {
+    return g < onebit_.size() ? &onebit_[g].accumulator : nullptr;
+  }
+  const CompressedAllReduce *onebit_reduce(size_t g) const { return g < onebit_.size() ? &onebit_[g].reduce : nullptr; }
+  void onebit_reset_errors();
   const LossScaler &loss_scaler() const { return scaler_; }
   LossScaler &mutable_loss_scaler() { return scaler_; }
   int64_t scheduler_iteration() const { return scheduler_->last_batch_iteration(); }
@@ -261,22 +292,39 @@ class Engine {
   // ZeRO-Offload (offload_optimizer.device "cpu"): the fp32 masters and optimizer states are in
   // pinned host memory; at each boundary the reduced gradient partition is copied into
   // host_grads_, the norm, overflow check and optimizer run on the host, and the new working
-  // values are written into host_working_ (partition coordinates) and copied into working_.
+  // values are written into host_working_ (partition coordinates) and copied into working_. On
+  // the CPU device (stages_through_host() false) they read the accumulator and write working_.
   // Host memory for offloaded states: page-locked when offload.pin_memory, else pageable.
   Status allocate_offloaded(size_t bytes, const OffloadConfig &offload, DeviceBuffer *out);
   // NVMe swap buffers are always page-locked on a GPU (they are DMA sources and targets), as DeepSpeed's are.
   PinnedPool::Allocator swap_buffer_allocator() const;
   bool host_optimizer() const { return config_.zero.offload_optimizer.device == OffloadDevice::Cpu; }
   // Whether the step reads a host copy of the gradient partition and writes a host staging of the
-  // working partition: offload "cpu" everywhere, offload "nvme" on a device other than the CPU.
+  // working partition: offload "cpu" or "nvme" on a device other than the CPU. On the CPU device
+  // the gradient accumulator and the working copy are host memory already, so the CPU optimizer
+  // reads and writes them in place (no copies), unless a test asked for the staged path
+  // (set_host_staging_on_cpu) to run a GPU engine's code on a machine without one.
   bool stages_through_host() const {
-    return host_optimizer() ||
-           (config_.zero.offload_optimizer.device == OffloadDevice::Nvme && device_->type() != DSRT_DEVICE_CPU);
+    // A partial offload (offload_optimizer.ratio < 1, offload_split_ > 0) keeps the staged route:
+    // its device and host halves step at once from separate gradient and working buffers.
+    if (device_->type() == DSRT_DEVICE_CPU) return host_optimizer() && (host_staging_on_cpu_ || offload_split_ > 0);
+    return config_.zero.offload_optimizer.device != OffloadDevice::None;
   }
+  bool host_staging_on_cpu_ = false;
   // Masters and states resident in host-addressable memory (master_partition() is non-null).
   bool states_resident_on_host() const {
-    return !nvme_ && (host_optimizer() || device_->type() == DSRT_DEVICE_CPU);
+    return !nvme_ && offload_split_ == 0 && (host_optimizer() || device_->type() == DSRT_DEVICE_CPU);
   }
+  // ZeRO-Offload++ (offload_optimizer.ratio < 1; engine_offload_split.cpp): partition elements
+  // [0, offload_split_) keep masters and states on the device (dev_master_, dev_states_), the rest
+  // in master_/states_ (host memory, indexed from offload_split_); 0 when everything is on the host.
+  int64_t compute_offload_split() const;
+  float *state_at(int state, int64_t offset) const;  // state -1: master
+  Status split_state_copy(int state, size_t offset, size_t count, float *data, bool write);
+  Status split_optimizer_update(float grad_scale);
+  int64_t offload_split_ = 0;
+  DeviceBuffer dev_master_;
+  DeviceBuffer dev_states_[2];
   // Ordering against the host's stream (set_stream): the engine's default stream waits for the
   // host's work so far; the host's stream waits for the engine's work so far. No-ops without a stream.
   Status order_after_host();
@@ -378,6 +426,22 @@ class Engine {
   int num_states_ = 0;
   DeviceBuffer working_;
   DeviceBuffer lamb_update_;
+  // 1-bit Adam (engine_onebit.cpp): per parameter group, its compressed all-reduce (the worker and
+  // server errors) and the group's momentum gathered into one vector, as DeepSpeed's fp16
+  // optimizer hands OnebitAdam one flat tensor per group.
+  struct OneBitGroup {
+    CompressedAllReduce reduce;
+    std::vector<float> momentum;
+    std::vector<float> accumulator;  // 0/1 Adam: u, minus the sum of the local updates since the last sync
+    double lrs = 0.0;                // 0/1 Adam: the sum of the learning rates since the last sync
+  };
+  ZeroOnePolicy zero_one_;
+  Status zero_one_update(const std::vector<OptimizerSlice> &slices, const std::vector<std::vector<size_t>> &by_group,
+                         float grad_scale);
+  std::vector<OneBitGroup> onebit_;
+  Status onebit_build();
+  Status onebit_update(const std::vector<OptimizerSlice> &slices, const std::vector<std::vector<size_t>> &by_group,
+                       float grad_scale);
   DeviceBuffer gather_staging_;
   GradReducer reducer_;
   std::unique_ptr<ParamCoordinator> coordinator_;  // stage 3

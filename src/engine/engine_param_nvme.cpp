@@ -4,6 +4,10 @@
 //           up to at most offload_param.max_in_cpu elements (DeepSpeed's "parameter elements to
 //           maintain in CPU memory") -- or in its own SwapStore array;
 //   "cpu":  every such shard lives in pinned host memory (the same machinery with no swap store).
+// Frozen tensors (the coordinator's entries after the trainable ones) are laid out the same way,
+// after the trainable tensors (arrays "f<i>"): their shards move there once at build and are read
+// back on gather like the trainable ones; ParamShards is also their FrozenShardStore (checkpoint
+// save/load, write_fp32). The step never rewrites them.
 // ParamShards is the coordinator's ShardSource: it hands over the shards kept in host memory
 // (resident(): the coordinator sends them directly on the CPU device and copies them into a staging
 // buffer on a GPU, whose collectives need device pointers), and starts swap-ins into pool buffers
@@ -25,7 +29,7 @@
 namespace dsrt {
 namespace {
 
-class ParamShards final : public ShardSource {
+class ParamShards final : public ShardSource, public FrozenShardStore {
  public:
   struct Shard {
     std::string array;           // SwapStore name ("p<t>"); empty for persistent tensors
@@ -39,8 +43,38 @@ class ParamShards final : public ShardSource {
     for (auto &entry : reads_) (void)swapper_->store().wait(entry.second.ticket);
   }
 
-  std::vector<Shard> shards;  // per tensor
+  std::vector<Shard> shards;  // per coordinator entry: the trainable tensors, then the frozen ones
   DeviceBuffer kept;          // the shards kept in host memory (max_in_cpu)
+  size_t frozen_base = 0;     // entry of frozen tensor 0
+
+  Status read_frozen_shard(size_t i, void *host_dst) override {
+    const Shard &s = shards[frozen_base + i];
+    if (const void *at = resident(frozen_base + i)) {
+      std::memcpy(host_dst, at, s.bytes);  // pinned host memory on every device
+      return Status::Ok();
+    }
+    if (swapper_ == nullptr || s.array.empty())
+      return Error(DSRT_ERR_STATE, "the shard of frozen tensor %zu is neither in host memory nor on NVMe", i);
+    PinnedLease lease;
+    DSRT_RETURN_IF_ERROR(swapper_->pool().acquire(&lease));
+    DSRT_RETURN_IF_ERROR(swapper_->store().read(s.array, lease.data(), s.bytes));
+    std::memcpy(host_dst, lease.data(), s.bytes);
+    return Status::Ok();
+  }
+
+  Status write_frozen_shard(size_t i, const void *host_src) override {
+    const Shard &s = shards[frozen_base + i];
+    if (void *at = kept_shard(frozen_base + i)) {
+      std::memcpy(at, host_src, s.bytes);
+      return Status::Ok();
+    }
+    if (swapper_ == nullptr || s.array.empty())
+      return Error(DSRT_ERR_STATE, "the shard of frozen tensor %zu is neither in host memory nor on NVMe", i);
+    PinnedLease lease;
+    DSRT_RETURN_IF_ERROR(swapper_->pool().acquire(&lease));
+    std::memcpy(lease.data(), host_src, s.bytes);
+    return swapper_->store().write(s.array, lease.data(), s.bytes);
+  }
 
   const void *resident(size_t t) const override {
     const int64_t at = shards[t].kept_offset;
@@ -116,15 +150,20 @@ Status Engine::param_offload_build() {
   const bool nvme = offload.device == OffloadDevice::Nvme;
   // "cpu" keeps every shard in host memory: max_in_cpu does not apply (DeepSpeed reads it for NVMe).
   const int64_t max_in_cpu = nvme ? offload.max_in_cpu : std::numeric_limits<int64_t>::max();
-  std::vector<ParamShards::Shard> layout(tensors_.size());
+  // Entries: the trainable tensors, then the frozen ones (the coordinator's order).
+  const size_t entries = coordinator_->num_entries();
+  const size_t trainable = tensors_.size();
+  auto entry_name = [&](size_t t) { return t < trainable ? tensors_[t].name : frozen_.tensor(t - trainable).name; };
+  auto entry_numel = [&](size_t t) { return t < trainable ? tensors_[t].numel : frozen_.tensor(t - trainable).numel; };
+  std::vector<ParamShards::Shard> layout(entries);
   int64_t largest = 0;
   int64_t in_cpu = 0;  // elements kept in host memory so far (this rank's shards)
   uint64_t kept_bytes = 0;
-  for (size_t t = 0; t < tensors_.size(); ++t) {
+  for (size_t t = 0; t < entries; ++t) {
     if (coordinator_->persistent(t)) continue;
-    const int64_t shard = part_.shard_layout().shard_size(t);
+    const int64_t shard = t < trainable ? part_.shard_layout().shard_size(t) : frozen_.shard_elems(t - trainable);
     ParamShards::Shard &s = layout[t];
-    s.array = param_array(t);
+    s.array = t < trainable ? param_array(t) : "f" + std::to_string(t - trainable);
     s.bytes = static_cast<size_t>(shard) * wsize;
     // DeepSpeed's max_in_cpu: shards stay in host memory while their running total fits; from the
     // first one that does not fit on, every shard is on NVMe.
@@ -139,9 +178,9 @@ Status Engine::param_offload_build() {
                    "build: tensor '%s' (%lld elements) has a shard of %lld elements on each of %d rank(s), larger "
                    "than zero_optimization.offload_param.buffer_size (%lld elements); raise buffer_size to at least "
                    "%lld, or raise stage3_param_persistence_threshold to at least %lld to keep the tensor in memory",
-                   tensors_[t].name.c_str(), static_cast<long long>(tensors_[t].numel), static_cast<long long>(shard),
+                   entry_name(t).c_str(), static_cast<long long>(entry_numel(t)), static_cast<long long>(shard),
                    part_size(), static_cast<long long>(offload.buffer_size), static_cast<long long>(shard),
-                   static_cast<long long>(tensors_[t].numel));
+                   static_cast<long long>(entry_numel(t)));
     in_cpu = -1;
     largest = std::max(largest, shard);
   }
@@ -160,6 +199,7 @@ Status Engine::param_offload_build() {
   }
   auto source = std::make_unique<ParamShards>(param_nvme_.get(), device_.get());
   source->shards = std::move(layout);
+  source->frozen_base = trainable;
   if (kept_bytes > 0)
     DSRT_RETURN_IF_ERROR(allocate_offloaded(kept_bytes, offload, &source->kept)
                              .with_context(nvme ? "build: the parameter shards kept in host memory (offload_param.max_in_cpu)"
@@ -168,6 +208,10 @@ Status Engine::param_offload_build() {
   coordinator_->set_shard_source(working_.data(), param_source_.get());
   // Write every shard to its place (host memory or NVMe) and free the device working shards.
   DSRT_RETURN_IF_ERROR(param_nvme_close().with_context("build: storing the initial parameter shards"));
+  // The frozen shards move once; persistent ones stay on the device (gathered on every rank).
+  for (size_t i = 0; i < frozen_.size(); ++i)
+    if (!coordinator_->persistent(trainable + i))
+      DSRT_RETURN_IF_ERROR(frozen_.move_to_store(i, &param_shards(param_source_)).with_context("build"));
   if (!nvme) {
     logf(DSRT_LOG_INFO, "parameter offload to host memory: %llu bytes of shards in pinned host memory",
          static_cast<unsigned long long>(param_nvme_resident_bytes()));

@@ -53,6 +53,12 @@ Status Engine::set_stream(void *stream) {
   return Status::Ok();
 }
 
+Status Engine::set_host_staging_on_cpu(bool on) {
+  if (built_) return Error(DSRT_ERR_STATE, "set_host_staging_on_cpu: call it before dsrt_engine_build");
+  host_staging_on_cpu_ = on;
+  return Status::Ok();
+}
+
 Status Engine::order_after_host() {
   if (host_stream_ == nullptr || device_->type() == DSRT_DEVICE_CPU) return Status::Ok();
   DSRT_RETURN_IF_ERROR(device_->record_event(order_event_, host_stream_));
@@ -89,10 +95,13 @@ Status Engine::upload_working_partition() {
   char *working = static_cast<char *>(working_.data()) + working_partition_base() * wsize;
   const char *staged = host_working_.as<char>();
   for (size_t i = 0; i < segments.size();) {
-    // One copy per run of adjacent segments: padding between runs is never written.
-    const int64_t begin = segments[i].part_offset;
+    // One copy per run of adjacent segments: padding between runs is never written. With
+    // offload_optimizer.ratio the device part [0, offload_split_) was written on the device.
+    int64_t begin = segments[i].part_offset;
     int64_t end = begin + segments[i].count;
     for (++i; i < segments.size() && segments[i].part_offset == end; ++i) end += segments[i].count;
+    begin = std::max(begin, offload_split_);
+    if (end <= begin) continue;
     DSRT_RETURN_IF_ERROR(device_->copy(working + begin * wsize, staged + begin * wsize,
                                        static_cast<size_t>((end - begin) * wsize), nullptr)
                              .with_context("copying the updated working partition to the device"));
@@ -116,15 +125,18 @@ Status Engine::write_working_from_host(const float *src, size_t n, int64_t elem_
 
 Status Engine::optimizer_update(float grad_scale) {
   if (nvme_) return nvme_optimizer_update(grad_scale, 0);
+  if (offload_split_ > 0) return split_optimizer_update(grad_scale);
   const std::vector<OwnedSegment> segments = part_.owned_segments(part_rank());
   const dsrt_dtype wdt = working_dtype();
   const int64_t wsize = static_cast<int64_t>(dtype_size(wdt));
-  // Offloaded, the update runs on host memory and writes the working values into the host
-  // staging (partition coordinates), copied to the device afterwards.
+  // Offloaded, the update runs on host memory; on a GPU it writes the working values into the
+  // host staging (partition coordinates), copied to the device afterwards, and on the CPU device
+  // straight into the working copy.
   const bool on_host = host_optimizer();
-  const int64_t working_base = on_host ? 0 : working_partition_base();
+  const bool staged = stages_through_host();
+  const int64_t working_base = staged ? 0 : working_partition_base();
   const float *grads = step_grads();
-  char *working = on_host ? host_working_.as<char>() : static_cast<char *>(working_.data());
+  char *working = staged ? host_working_.as<char>() : static_cast<char *>(working_.data());
   const bool bf16_master = master_dtype_ == DSRT_BF16, bf16_states = state_dtype_ == DSRT_BF16;
   auto slice_of = [&](const OwnedSegment &seg) {
     OptimizerSlice s;
@@ -155,6 +167,12 @@ Status Engine::optimizer_update(float grad_scale) {
   std::vector<std::vector<size_t>> by_group(num_groups);
   for (size_t i = 0; i < segments.size(); ++i)
     by_group[static_cast<size_t>(tensors_[segments[i].tensor].group)].push_back(i);
+  if (onebit_type()) {
+    DSRT_RETURN_IF_ERROR(config_.optimizer.type == OptimizerType::ZeroOneAdam
+                             ? zero_one_update(slices, by_group, grad_scale)
+                             : onebit_update(slices, by_group, grad_scale));
+    return on_host ? upload_working_partition() : Status::Ok();
+  }
   if (config_.optimizer.type != OptimizerType::Lamb) {
     std::vector<OptimizerSlice> group_slices;
     for (size_t g = 0; g < num_groups; ++g) {
@@ -166,7 +184,7 @@ Status Engine::optimizer_update(float grad_scale) {
                                                     group_slices.size(), g)));
     }
     DSRT_RETURN_IF_ERROR(backend.synchronize());
-    return on_host ? upload_working_partition() : Status::Ok();
+    return staged ? upload_working_partition() : Status::Ok();
   }
 
   // Lamb: the trust ratio needs whole-tensor norms, summed over the ranks' pieces (each tensor has
@@ -233,7 +251,7 @@ Status Engine::optimizer_update(float grad_scale) {
     }));
   }
   DSRT_RETURN_IF_ERROR(backend.synchronize());
-  return on_host ? upload_working_partition() : Status::Ok();
+  return staged ? upload_working_partition() : Status::Ok();
 }
 
 Status Engine::step(dsrt_step_result *out) {
@@ -243,9 +261,6 @@ Status Engine::step(dsrt_step_result *out) {
 
 Status Engine::step_impl(dsrt_step_result *out) {
   DSRT_RETURN_IF_ERROR(require_built("step"));
-  if (out != nullptr && out->struct_size < sizeof(uint64_t))
-    return Error(DSRT_ERR_INVALID_ARGUMENT, "step: out->struct_size is %llu; set it to sizeof(dsrt_step_result)",
-                 static_cast<unsigned long long>(out->struct_size));
   if (pending_) return nvme_resume_step(out);
   events_.clear();
   const double step_start = StepTimers::now();
@@ -273,9 +288,7 @@ Status Engine::step_impl(dsrt_step_result *out) {
     DSRT_RETURN_IF_ERROR(get_group_hyper(0, "lr", &result.lr));
     result.global_step = counters_.global_step;
     result.loss_scale = scaler_.scale();
-    if (out != nullptr)
-      std::memcpy(reinterpret_cast<char *>(out) + sizeof(uint64_t), reinterpret_cast<const char *>(&result) + sizeof(uint64_t),
-                  std::min<uint64_t>(out->struct_size, sizeof result) - sizeof(uint64_t));
+    if (out != nullptr) *out = result;
     return Status::Ok();
   }
   counters_.micro_step = 0;
@@ -286,6 +299,9 @@ Status Engine::step_impl(dsrt_step_result *out) {
 
   {
     const double start = StepTimers::now();
+    // 1-bit Adam's compression stage keeps the gradients local (the momentum is all-reduced instead),
+    // and so do 0/1 Adam's steps between variance updates and its local steps.
+    reducer_.set_local_only(onebit_compressing());
     DSRT_RETURN_IF_ERROR(reducer_.reduce_accumulator().with_context("step: reducing accumulated gradients"));
     DSRT_RETURN_IF_ERROR(stage_host_grads());
     timers_.add(StepPhase::Reduce, StepTimers::now() - start);
@@ -318,7 +334,8 @@ Status Engine::step_impl(dsrt_step_result *out) {
       norm_sq = values[0];
       nonfinite = values[1] > 0.0;
     } else if (comm_->size() > 1) {
-      // Stage 0: every rank holds the same reduced gradients; agree on the skip all the same, so a
+      // Stage 0: every rank holds the same reduced gradients (in 1-bit Adam's compression stage
+      // its own local ones, clipped by their own norm as in DeepSpeed); agree on the skip all the same, so a
       // rank-local fault can never split the ranks into stepping and skipping.
       double flag = nonfinite || !std::isfinite(norm_sq) ? 1.0 : 0.0;
       DSRT_RETURN_IF_ERROR(comm_->all_reduce_f64(&flag, 1, ReduceOp::Max)
@@ -387,9 +404,7 @@ Status Engine::complete_boundary(bool applied, dsrt_step_result &result, dsrt_st
   monitor_boundary(step_start);
   report_progress(result);
   monitor_reduce_mark_ = reducer_.reduce_seconds();  // after report_progress, which may reset it
-  if (out != nullptr)
-    std::memcpy(reinterpret_cast<char *>(out) + sizeof(uint64_t), reinterpret_cast<const char *>(&result) + sizeof(uint64_t),
-                std::min<uint64_t>(out->struct_size, sizeof result) - sizeof(uint64_t));
+  if (out != nullptr) *out = result;  // whole; dsrt_engine_step copies the caller's struct_size bytes
   return param_nvme_close().with_context("step: writing the updated shards to NVMe");  // a failure keeps them
 }
 

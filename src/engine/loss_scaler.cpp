@@ -6,6 +6,7 @@
 // as DeepSpeed's engine does: init_scale = 2^initial_scale_power, scale_window =
 // loss_scale_window, delayed_shift = hysteresis, min_scale = min_loss_scale, scale_factor = 2.
 #include "engine/loss_scaler.h"
+#include "config/config_rules.h"
 
 #include <algorithm>
 #include <cmath>
@@ -39,28 +40,7 @@ LossScaler::LossScaler(const Fp16Config &fp16, bool fp16_enabled) {
 }
 
 Status LossScaler::validate_config(const Fp16Config &fp16, bool fp16_enabled) {
-  if (!fp16_enabled) return Status::Ok();
-  if (!std::isfinite(fp16.loss_scale) || fp16.loss_scale < 0.0)
-    return Error(DSRT_ERR_CONFIG,
-                 "fp16.loss_scale is %g; set 0 for dynamic loss scaling or a positive static scale",
-                 fp16.loss_scale);
-  if (fp16.loss_scale > 0.0) return Status::Ok();
-  if (fp16.initial_scale_power < -126 || fp16.initial_scale_power > 126)
-    return Error(DSRT_ERR_CONFIG,
-                 "fp16.initial_scale_power is %d; set an integer in [-126, 126] (DeepSpeed's default is 16)",
-                 fp16.initial_scale_power);
-  if (fp16.loss_scale_window < 1)
-    return Error(DSRT_ERR_CONFIG,
-                 "fp16.loss_scale_window is %lld; set a positive number of steps (default 1000)",
-                 static_cast<long long>(fp16.loss_scale_window));
-  if (fp16.hysteresis < 1)
-    return Error(DSRT_ERR_CONFIG, "fp16.hysteresis is %d; set a positive integer (default 2)",
-                 fp16.hysteresis);
-  if (!std::isfinite(fp16.min_loss_scale) || fp16.min_loss_scale <= 0.0)
-    return Error(DSRT_ERR_CONFIG,
-                 "fp16.min_loss_scale is %g; set a positive finite value (default 1)",
-                 fp16.min_loss_scale);
-  return Status::Ok();
+  return check_fp16_config(fp16, fp16_enabled);  // the config layer's rule (config_rules.h)
 }
 
 void LossScaler::update(bool overflow) {

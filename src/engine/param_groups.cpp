@@ -30,10 +30,12 @@ bool applies(OptimizerType type, HyperName name) {
     case HyperName::Beta1:
     case HyperName::Beta2:
       return type == OptimizerType::Adam || type == OptimizerType::AdamW || type == OptimizerType::Lamb ||
-             type == OptimizerType::Lion || type == OptimizerType::OneBitAdam;
+             type == OptimizerType::Lion || type == OptimizerType::OneBitAdam ||
+             type == OptimizerType::ZeroOneAdam;
     case HyperName::Eps:
       return type == OptimizerType::Adam || type == OptimizerType::AdamW || type == OptimizerType::Lamb ||
-             type == OptimizerType::Adagrad || type == OptimizerType::OneBitAdam;
+             type == OptimizerType::Adagrad || type == OptimizerType::OneBitAdam ||
+             type == OptimizerType::ZeroOneAdam;
     case HyperName::Momentum:
     case HyperName::Dampening:
     case HyperName::Nesterov: return type == OptimizerType::SGD;

@@ -1,5 +1,6 @@
 // cpu_dispatch.h -- picks the kernel table for this CPU (or the one DSRT_CPU_ISA / a test forces)
-// and splits a range into cache-line-aligned chunks that OpenMP threads take dynamically.
+// and splits a range into cache-line-aligned chunks that the work pool's threads take dynamically
+// (work_pool.h: OpenMP's thread count, not its regions).
 #pragma once
 
 #include <omp.h>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "optim/kernel_table.h"
+#include "optim/work_pool.h"
 
 namespace dsrt {
 namespace optim_kernels {
@@ -23,7 +25,8 @@ constexpr size_t kParallelMinElements = 1 << 15;
 constexpr size_t kChunkAlign = 64;
 // Threads take chunks dynamically, several per thread, so a thread that loses its core for a
 // while (to the engine's I/O or communication threads, or another process) delays the step by
-// one chunk rather than by its whole share; chunks stay large enough to amortize the hand-out.
+// one chunk rather than by its whole share (and one that never got its core takes none: the
+// caller runs them all); chunks stay large enough to amortize the hand-out.
 constexpr size_t kChunksPerThread = 8;
 constexpr size_t kMinChunkElements = 1 << 15;
 
@@ -38,7 +41,7 @@ struct ChunkPlan {
 
 inline ChunkPlan plan_chunks(size_t n) {
   ChunkPlan plan;
-  plan.threads = (n < kParallelMinElements || omp_in_parallel()) ? 1 : std::max(1, omp_get_max_threads());
+  plan.threads = (n < kParallelMinElements || omp_in_parallel() || in_work_pool()) ? 1 : std::max(1, omp_get_max_threads());
   if (plan.threads == 1) {
     plan.size = n;
     plan.count = n ? 1 : 0;
@@ -53,19 +56,15 @@ inline ChunkPlan plan_chunks(size_t n) {
   return plan;
 }
 
-// fn(begin, end, chunk_index) for every chunk of the plan, on OpenMP threads.
+// fn(begin, end, chunk_index) for every chunk of the plan, on the work pool's threads.
 template <class Fn>
 void for_each_chunk(size_t n, const ChunkPlan &plan, Fn &&fn) {
   if (plan.threads == 1) {
     for (size_t c = 0; c < plan.count; ++c) fn(c * plan.size, std::min(n, (c + 1) * plan.size), c);
     return;
   }
-  const long long count = static_cast<long long>(plan.count);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(plan.threads)
-  for (long long c = 0; c < count; ++c) {
-    const size_t chunk = static_cast<size_t>(c);
-    fn(chunk * plan.size, std::min(n, (chunk + 1) * plan.size), chunk);
-  }
+  work_pool_run(plan.count, plan.threads,
+                [&](size_t chunk) { fn(chunk * plan.size, std::min(n, (chunk + 1) * plan.size), chunk); });
 }
 
 // Several ranges at once (one per slice): each is cut into aligned pieces of at most the chunk
@@ -115,8 +114,7 @@ void for_each_piece(const BatchPlan &plan, Fn &&fn) {
     for (long long u = 0; u < units; ++u) run_unit(static_cast<size_t>(u));
     return;
   }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(plan.threads)
-  for (long long u = 0; u < units; ++u) run_unit(static_cast<size_t>(u));
+  work_pool_run(static_cast<size_t>(units), plan.threads, run_unit);
 }
 
 }  // namespace optim_kernels

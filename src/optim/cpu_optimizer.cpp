@@ -1,6 +1,6 @@
 // cpu_optimizer.cpp -- the entry points of the CPU optimizer kernels: validate the request, fold
 // the hyper-parameters of this step into per-step constants (in double, rounded to float once),
-// and run the chosen ISA's kernel over OpenMP chunks.
+// and run the chosen ISA's kernel over chunks on the work pool (work_pool.h).
 //
 // Semantics (all checked against torch.optim or DeepSpeed in tests):
 //   Adam/AdamW  DeepSpeed's cpu_adam: "Adam" runs AdamW unless adam_w_mode is false, in which case
@@ -49,7 +49,8 @@ int optimizer_state_count(const OptimizerConfig &config) {
     case OptimizerType::Adam:
     case OptimizerType::AdamW:
     case OptimizerType::Lamb:
-    case OptimizerType::OneBitAdam: return 2;
+    case OptimizerType::OneBitAdam:
+    case OptimizerType::ZeroOneAdam: return 2;
     case OptimizerType::SGD: return config.momentum != 0.0 ? 1 : 0;
     case OptimizerType::Adagrad:
     case OptimizerType::Lion: return 1;

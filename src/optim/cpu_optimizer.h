@@ -1,5 +1,5 @@
 // cpu_optimizer.h -- the CPU optimizer kernels (AVX-512 / AVX2 chosen at run time, scalar
-// fallback, OpenMP over large ranges). Each is one fused pass over a contiguous range: read the
+// fallback, the work pool over large ranges). Each is one fused pass over a contiguous range: read the
 // gradient (any dtype) times grad_scale, update the fp32 master and the states, and write the
 // working copy (fp32/fp16/bf16) when one is given.
 //

@@ -1,6 +1,6 @@
 // kernel_table.h -- what each instruction-set build of the optimizer kernels exports: one table of
-// range functions. cpu_optimizer.cpp picks a table at run time and splits ranges over OpenMP
-// threads; the kernels themselves never start threads.
+// range functions. cpu_optimizer.cpp picks a table at run time and splits ranges over the work
+// pool's threads (work_pool.h); the kernels themselves never start threads.
 //
 // This header holds only plain structs (no inline functions) because the per-ISA translation units
 // include it before switching the compiler's target: nothing here may be compiled for AVX-512.

@@ -15,6 +15,7 @@ const char *optimizer_type_name(OptimizerType type) {
     case OptimizerType::Adagrad: return "Adagrad";
     case OptimizerType::Lion: return "Lion";
     case OptimizerType::OneBitAdam: return "OneBitAdam";
+    case OptimizerType::ZeroOneAdam: return "ZeroOneAdam";
   }
   return "unknown";
 }
@@ -90,8 +91,10 @@ Status fold_step_constants(const char *what, const OptimizerHyper &hyper, float 
       return Error(DSRT_ERR_INVALID_ARGUMENT,
                    "%s: Lamb needs whole-tensor norms: run Lamb phase 1, all-reduce the norms, then phase 2", what);
     case OptimizerType::OneBitAdam:
-      return Error(DSRT_ERR_UNSUPPORTED, "%s: OneBitAdam is not implemented by the optimizer kernels; use Adam or AdamW",
-                   what);
+    case OptimizerType::ZeroOneAdam:
+      return Error(DSRT_ERR_UNSUPPORTED, "%s: %s is not one of the fused kernels (no GPU version); it runs on host memory "
+                   "through optim/onebit_adam.h, which the engine uses on the CPU device",
+                   what, optimizer_type_name(hyper.type));
     default:
       return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: unknown optimizer type %d", what, static_cast<int>(hyper.type));
   }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "comm/topology.h"
 #include "util/half.h"
 #include "util/log.h"
 
@@ -14,6 +15,12 @@ namespace {
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+// A collective already done when issued (qgZ runs its stages on the caller's thread).
+class DoneRequest : public CommRequest {
+ public:
+  Status wait() override { return Status::Ok(); }
+};
 
 }  // namespace
 
@@ -41,6 +48,23 @@ Status GradReducer::init(const Partitioning *partitioning, Comm *comm, Device *d
     return Error(DSRT_ERR_CONFIG, "zero_optimization.reduce_bucket_size is %lld; it must not be negative",
                  static_cast<long long>(options_.bucket_elems));
 
+  qgz_.reset();
+  if (options_.quantized_gradients && part_->stage() == 3 && world_ > 1) {
+    if (options_.qgz_groups.size() != part_->num_tensors())
+      return Error(DSRT_ERR_INVALID_ARGUMENT, "gradient reducer: qgz_groups has %zu entries for %zu tensors",
+                   options_.qgz_groups.size(), part_->num_tensors());
+    std::shared_ptr<Comm> intra, inter;
+    // A layout comm_split_by_node refuses (on every rank alike) is run as one node.
+    const Status split = comm_split_by_node(*comm, &intra, &inter);
+    if (!split.ok()) {
+      log_warn_once("qgz-nodes", "zero_quantized_gradients: " + split.message() +
+                                     "; reducing over all ranks as one node (a single all-to-all stage)");
+      intra.reset();
+      inter.reset();
+    }
+    qgz_ = std::make_unique<QuantizedReduceScatter>();
+    DSRT_RETURN_IF_ERROR(qgz_->init(comm, std::move(intra), std::move(inter), options_.qgz_bits, device, nullptr));
+  }
   const size_t n = part_->num_tensors();
   bucket_of_.assign(n, 0);
   tensor_state_.assign(n, 0);
@@ -94,7 +118,8 @@ float *GradReducer::grad_partition() const {
 double GradReducer::post_scale() const {
   const double prescale = options_.prescale_gradients ? 1.0 / dp_world_ : 1.0 / options_.predivide_factor;
   const double steps = divide_by_accumulation_ ? static_cast<double>(options_.accumulation_steps) : 1.0;
-  return 1.0 / (static_cast<double>(dp_world_) * steps * prescale);
+  const int world = local_only_ ? 1 : dp_world_;
+  return 1.0 / (static_cast<double>(world) * steps * prescale);
 }
 
 bool GradReducer::window_open() const {
@@ -246,7 +271,16 @@ Status GradReducer::issue(size_t b) {
     DSRT_RETURN_IF_ERROR(backend_->synchronize());
     // The host's buffer is no longer needed once rearranged.
     give_buffer(std::move(bucket.buffer));
-    if (options_.reduce_scatter && world_ > 1) {
+    if (qgz_) {
+      std::vector<QgzSegment> segments;
+      for (size_t t = bucket.first; t < bucket.last; ++t)
+        segments.push_back({static_cast<size_t>(shards.shard_size(t)), options_.qgz_groups[t]});
+      DSRT_RETURN_IF_ERROR(take_buffer(static_cast<size_t>(block) * sizeof(float), &op.recv));
+      DSRT_RETURN_IF_ERROR(qgz_->reduce_scatter(op.send.data(), cdt, segments, op.recv.as<float>())
+                               .with_context(Format("reducing gradient bucket %zu (zero_quantized_gradients)", b)));
+      op.quantized = true;
+      op.handle = std::make_unique<DoneRequest>();
+    } else if (options_.reduce_scatter && world_ > 1) {
       DSRT_RETURN_IF_ERROR(take_buffer(static_cast<size_t>(block) * csize, &op.recv));
       DSRT_RETURN_IF_ERROR(comm_->reduce_scatter(op.send.data(), op.recv.data(), static_cast<size_t>(block), cdt,
                                                  ReduceOp::Sum, &op.handle)
@@ -300,21 +334,25 @@ Status GradReducer::complete(InFlight &op) {
     give_buffer(std::move(bucket.buffer));
   } else {
     const ShardLayout &shards = part_->shard_layout();
-    const char *base = static_cast<const char *>(scattered ? op.recv.data() : op.send.data());
+    const char *base = static_cast<const char *>(scattered || op.quantized ? op.recv.data() : op.send.data());
+    // qgZ leaves the reduced block in fp32.
+    const dsrt_dtype rdt = op.quantized ? DSRT_F32 : cdt;
+    const size_t rsize = dtype_size(rdt);
     int64_t block = 0;
     for (size_t t = bucket.first; t < bucket.last; ++t) block += shards.shard_size(t);
-    int64_t pos = scattered ? 0 : rank_ * block;
+    int64_t pos = scattered || op.quantized ? 0 : rank_ * block;
     if (options_.replica_comm != nullptr) {
-      // MiCS: the shard group's sum, summed again across the replicas of this shard.
+      // MiCS: the shard group's sum (after qgZ's reduction, if on), summed again across the
+      // replicas of this shard, before it is accumulated.
       DSRT_RETURN_IF_ERROR(options_.replica_comm
-                               ->all_reduce_sync(const_cast<char *>(base) + pos * static_cast<int64_t>(csize),
-                                                 static_cast<size_t>(block), cdt, ReduceOp::Sum)
+                               ->all_reduce_sync(const_cast<char *>(base) + pos * static_cast<int64_t>(rsize),
+                                                 static_cast<size_t>(block), rdt, ReduceOp::Sum)
                                .with_context(Format("all-reducing gradient bucket %zu across MiCS replicas", op.bucket)));
     }
     for (size_t t = bucket.first; t < bucket.last; ++t) {
       const ElemRange owned = shards.owned_range(t, rank_);
       if (!owned.empty()) {
-        DSRT_RETURN_IF_ERROR(add_into(accum + shards.shard_offset(t), base + pos * static_cast<int64_t>(csize), cdt,
+        DSRT_RETURN_IF_ERROR(add_into(accum + shards.shard_offset(t), base + pos * static_cast<int64_t>(rsize), rdt,
                                       static_cast<size_t>(owned.size()), 1.0f));
         finished.push_back({shards.shard_offset(t), shards.shard_offset(t) + owned.size()});
       }
@@ -383,7 +421,7 @@ Status GradReducer::reduce_accumulator() {
     const int64_t a = starts[c];
     const ElemRange range{a, c + 1 < starts.size() ? starts[c + 1] : total};
     const ElemRange mine = intersect(range, partition);
-    if (world_ == 1) {
+    if (world_ == 1 || local_only_) {
       DSRT_RETURN_IF_ERROR(deliver_final(mine.begin - partition.begin, mine.size()));
       continue;
     }

@@ -31,17 +31,20 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "comm/comm.h"
 #include "device/device.h"
 #include "optim/optimizer_backend.h"
 #include "zero/partition.h"
+#include "zero/quantized_reduce.h"
 
 namespace dsrt {
 
+// The engine fills these from the config (the defaults are the schema's, src/config/schema_table.cpp).
 struct ReducerOptions {
-  int64_t bucket_elems = 500000000;
+  int64_t bucket_elems = 0;  // zero_optimization.reduce_bucket_size; 0: no two gradients share a bucket
   bool overlap_comm = false;
   bool reduce_scatter = true;
   dsrt_dtype working_dtype = DSRT_F32;
@@ -60,6 +63,13 @@ struct ReducerOptions {
   // chunk of the boundary reduction at stages 0-1. ZeRO-Offload copies each range to host memory
   // here, overlapping the copy with the rest of backward. May be empty.
   std::function<Status(int64_t part_offset, int64_t count)> on_final_range;
+  // ZeRO++ qgZ (zero_quantized_gradients, stage 3 on more than one rank): each bucket's
+  // reduce-scatter becomes quantized_reduce.h's hierarchical all-to-all over the nodes of
+  // comm_split_by_node. qgz_groups[t]: tensor t's quantization group (qgz_group_for_shape; 0
+  // sends its shard unquantized, as DeepSpeed does 1-D tensors). Host memory only.
+  bool quantized_gradients = false;
+  int qgz_bits = 4;
+  std::vector<size_t> qgz_groups;
 };
 
 class GradReducer {
@@ -94,6 +104,10 @@ class GradReducer {
   double post_scale() const;
   // Whether post_scale divides by accumulation_steps (DeepSpeed's scale_wrt_gas; default true).
   void set_divide_by_accumulation(bool divide) { divide_by_accumulation_ = divide; }
+  // Stage 0 only: the boundary leaves each rank's accumulated gradient unreduced, and post_scale
+  // averages over micro-steps only (the compression stage of 1-bit Adam, which all-reduces the
+  // momentum instead, as DeepSpeed turns off its backward all-reduce).
+  void set_local_only(bool local) { local_only_ = local && part_ != nullptr && part_->stage() == 0; }
   // Whether the micro-step now being accumulated is the window's last (so its completed ranges
   // are final and on_final_range is called). Without a call, the micro-step count against
   // accumulation_steps decides; the engine sets it when the host drives the boundaries. A
@@ -111,6 +125,12 @@ class GradReducer {
   uint64_t buffer_bytes() const { return pool_bytes_; }
   // Seconds spent waiting for or running gradient collectives (wall_clock_breakdown).
   double reduce_seconds() const { return reduce_seconds_; }
+  // qgZ's traffic on its node communicators (not counted by the world communicator).
+  CommTraffic qgz_traffic() const { return qgz_ ? qgz_->traffic() : CommTraffic{}; }
+  // qgZ's communicators inside the node and across nodes (null without qgZ or when the world is
+  // one node).
+  const Comm *qgz_intra() const { return qgz_ ? qgz_->intra() : nullptr; }
+  const Comm *qgz_inter() const { return qgz_ ? qgz_->inter() : nullptr; }
   void reset_timers() { reduce_seconds_ = 0; }
 
  private:
@@ -128,6 +148,7 @@ class GradReducer {
     CommHandle handle;
     DeviceBuffer send;   // staged or rearranged copy (may be empty: the bucket buffer is sent)
     DeviceBuffer recv;   // this rank's reduced block (empty for all-reduce)
+    bool quantized = false;  // qgZ: recv holds the reduced block in fp32
   };
 
   Status take_buffer(size_t bytes, DeviceBuffer *out);
@@ -166,8 +187,10 @@ class GradReducer {
   int64_t micro_in_window_ = 0;        // micro-steps finished in the current window
   bool final_delivered_ = false;       // on_final_range covered this window's partition
   bool divide_by_accumulation_ = true;
+  bool local_only_ = false;            // set_local_only
   int last_override_ = -1;             // set_last_micro_step; -1: count
   double reduce_seconds_ = 0;
+  std::unique_ptr<QuantizedReduceScatter> qgz_;  // zero_quantized_gradients
 };
 
 }  // namespace dsrt

@@ -27,24 +27,38 @@ ParamCoordinator::~ParamCoordinator() {
 }
 
 Status ParamCoordinator::init(const Partitioning *partitioning, Comm *comm, Device *device,
-                              const CoordinatorOptions &options, void *shards, std::vector<std::string> names) {
+                              const CoordinatorOptions &options, void *shards, std::vector<std::string> names,
+                              std::vector<FrozenEntry> frozen) {
   part_ = partitioning;
   comm_ = comm;
   device_ = device;
   options_ = options;
   shards_ = shards;
   names_ = std::move(names);
-  tensors_ = std::vector<TensorState>(part_->num_tensors());
+  const size_t trainable = part_->num_tensors();
+  tensors_ = std::vector<TensorState>(trainable + frozen.size());
+  for (size_t t = 0; t < trainable; ++t) {
+    tensors_[t].numel = part_->numel(t);
+    tensors_[t].shard_elems = part_->shard_layout().shard_size(t);
+  }
+  for (size_t k = 0; k < frozen.size(); ++k) {
+    TensorState &ts = tensors_[trainable + k];
+    ts.numel = frozen[k].numel;
+    ts.shard_elems = frozen[k].shard_elems;
+    ts.frozen = true;
+    ts.frozen_shard = frozen[k].shard;
+    names_.push_back(std::move(frozen[k].name));
+  }
   int64_t largest = 0;
   for (size_t t = 0; t < tensors_.size(); ++t)
-    if (part_->numel(t) > options_.persistence_threshold) largest = std::max(largest, gathered_elems(t));
+    if (tensors_[t].numel > options_.persistence_threshold) largest = std::max(largest, gathered_elems(t));
   // Room for the largest tensor twice (one being released while the next is gathered) plus a
   // prefetch bucket's worth, never more than the live-parameter limit.
   const int64_t limit_elems =
       std::min(2 * largest + std::max<int64_t>(0, options_.prefetch_bucket_elems), std::max(options_.max_live_elems, largest));
   cache_limit_ = static_cast<size_t>(limit_elems) * dtype_size(options_.working_dtype);
   for (size_t t = 0; t < tensors_.size(); ++t) {
-    tensors_[t].persistent = part_->numel(t) <= options_.persistence_threshold;
+    tensors_[t].persistent = tensors_[t].numel <= options_.persistence_threshold;
     if (tensors_[t].persistent) DSRT_RETURN_IF_ERROR(gather(t, false));
   }
   return Status::Ok();
@@ -52,7 +66,7 @@ Status ParamCoordinator::init(const Partitioning *partitioning, Comm *comm, Devi
 
 Status ParamCoordinator::gather(size_t t, bool async) {
   const double start = now_seconds();
-  const int64_t s = part_->shard_layout().shard_size(t);
+  const int64_t s = shard_size(t);
   TensorState &ts = tensors_[t];
   const bool fresh = ts.gathered.empty();
   if (fresh) {
@@ -70,19 +84,33 @@ Status ParamCoordinator::gather(size_t t, bool async) {
   }
   const char *send = nullptr;
   Status status;
-  if (!ts.secondary.empty()) {
+  const bool quantize = ts.frozen ? options_.quantized_nontrainable : options_.quantized_weights;
+  const char *key = ts.frozen ? "zero_quantized_nontrainable_weights" : "zero_quantized_weights";
+  if (!ts.secondary.empty() && quantize) {
+    // hpZ + qwZ: the secondary partitions travel quantized too (as DeepSpeed's).
+    status = ts.quantized
+                 .start(secondary_comm_, device_, nullptr, ts.secondary.data(), static_cast<size_t>(secondary_elems(t)),
+                        options_.working_dtype, &ts.pending)
+                 .with_context(Format("gathering '%s' in its hpZ group (%s)", names_[t].c_str(), key));
+  } else if (!ts.secondary.empty()) {
     // hpZ: the group's secondary partitions make up the whole (padded) tensor.
     status = secondary_comm_->all_gather(ts.secondary.data(), ts.gathered.data(),
                                          static_cast<size_t>(secondary_elems(t)), options_.working_dtype, &ts.pending)
                  .with_context(Format("gathering '%s' in its hpZ group", names_[t].c_str()));
   } else {
     status = shard_to_send(t, &send);
-    if (status.ok())
+    if (status.ok() && quantize && comm_->size() > 1) {
+      status = ts.quantized.start(comm_, device_, nullptr, send, static_cast<size_t>(s), options_.working_dtype,
+                                  &ts.pending)
+                   .with_context(Format("gathering '%s' (%s)", names_[t].c_str(), key));
+    } else if (status.ok()) {
       status = comm_->all_gather(send, ts.gathered.data(), static_cast<size_t>(s), options_.working_dtype, &ts.pending)
                    .with_context(Format("gathering '%s'", names_[t].c_str()));
+    }
   }
   if (!status.ok()) {
     // Nothing was gathered: a fresh copy must not be taken for the tensor by a later acquire.
+    ts.quantized.abandon();
     ts.staged.reset();
     if (fresh) free_gathered(t);
     gather_seconds_ += now_seconds() - start;
@@ -94,16 +122,29 @@ Status ParamCoordinator::gather(size_t t, bool async) {
   return Status::Ok();
 }
 
+const char *ParamCoordinator::device_shard(size_t t) const {
+  const TensorState &ts = tensors_[t];
+  if (ts.frozen) return static_cast<const char *>(ts.frozen_shard);
+  if (shards_ == nullptr) return nullptr;
+  const size_t wsize = dtype_size(options_.working_dtype);
+  return static_cast<const char *>(shards_) + part_->shard_layout().shard_offset(t) * static_cast<int64_t>(wsize);
+}
+
+void ParamCoordinator::set_frozen_shard(size_t t, const void *shard) {
+  drop_reads();
+  tensors_[t].frozen_shard = shard;
+}
+
 Status ParamCoordinator::shard_to_send(size_t t, const char **send) {
   const size_t wsize = dtype_size(options_.working_dtype);
-  if (shards_ != nullptr) {
-    *send = static_cast<const char *>(shards_) + part_->shard_layout().shard_offset(t) * static_cast<int64_t>(wsize);
+  if (const char *shard = device_shard(t)) {
+    *send = shard;
     return Status::Ok();
   }
   if (source_ == nullptr)
     return Error(DSRT_ERR_STATE, "gathering '%s': no resident shards and no shard source", names_[t].c_str());
   TensorState &ts = tensors_[t];
-  const size_t bytes = static_cast<size_t>(part_->shard_layout().shard_size(t)) * wsize;
+  const size_t bytes = static_cast<size_t>(shard_size(t)) * wsize;
   if (const void *kept = source_->resident(t)) {
     if (device_->type() == DSRT_DEVICE_CPU) {
       *send = static_cast<const char *>(kept);
@@ -166,7 +207,7 @@ Status ParamCoordinator::finish_read(size_t t) {
   TensorState &ts = tensors_[t];
   const auto in_list = std::find(reading_.begin(), reading_.end(), t);
   if (in_list != reading_.end()) reading_.erase(in_list);
-  const size_t bytes = static_cast<size_t>(part_->shard_layout().shard_size(t)) * dtype_size(options_.working_dtype);
+  const size_t bytes = static_cast<size_t>(shard_size(t)) * dtype_size(options_.working_dtype);
   Status status = ts.staged.empty() ? device_->allocate(bytes, &ts.staged, false) : Status::Ok();
   if (status.ok()) {
     status = source_->finish_read(t, ts.staged.data());
@@ -199,11 +240,12 @@ void ParamCoordinator::make_room() {
 }
 
 void ParamCoordinator::read_ahead_from(size_t position) {
-  if (shards_ != nullptr || source_ == nullptr) return;
+  if (source_ == nullptr) return;
   for (size_t j = position; j < trace_.size(); ++j) {
     const size_t u = trace_[j];
     TensorState &ts = tensors_[u];
-    if (!ts.gathered.empty() || ts.read != Read::None || source_->resident(u) != nullptr) continue;
+    if (!ts.gathered.empty() || ts.read != Read::None || device_shard(u) != nullptr || source_->resident(u) != nullptr)
+      continue;
     if (reading_elems_ + gathered_elems(u) > options_.prefetch_bucket_elems || source_->free_buffers() == 0) break;
     bool started = false;
     Status status = source_->start_read(u, &started);
@@ -251,12 +293,20 @@ Status ParamCoordinator::wait_pending(size_t t) {
   in_flight_elems_ -= gathered_elems(t);
   Status status = handle->wait().with_context(Format("gathering '%s'", names_[t].c_str()));
   ts.staged.reset();
+  if (ts.quantized.active()) {
+    if (status.ok()) {
+      status = ts.quantized.finish(ts.gathered.data())
+                   .with_context(Format("dequantizing the gathered '%s' (zero_quantized_weights)", names_[t].c_str()));
+    } else {
+      ts.quantized.abandon();
+    }
+  }
   gather_seconds_ += now_seconds() - start;
   return status;
 }
 
 int64_t ParamCoordinator::gathered_elems(size_t t) const {
-  return part_->shard_layout().shard_size(t) * comm_->size();
+  return shard_size(t) * comm_->size();
 }
 
 void ParamCoordinator::free_gathered(size_t t) {
@@ -287,12 +337,13 @@ void ParamCoordinator::prefetch_after(size_t position) {
     const size_t u = trace_[j];
     TensorState &ts = tensors_[u];
     if (!ts.gathered.empty()) continue;
-    const int64_t size = part_->shard_layout().shard_size(u) * comm_->size();
+    const int64_t size = gathered_elems(u);
     if (in_flight + size > options_.prefetch_bucket_elems || live + size > options_.max_live_elems) break;
     // A shard not read yet: its read starts below and its gather is issued by a later acquire, so
     // the read overlaps the host's work in between. Whether a read was started depends only on
     // the trace, the sizes and the buffer count, so every rank stops at the same tensor.
-    if (shards_ == nullptr && source_ != nullptr && ts.read == Read::None && source_->resident(u) == nullptr) break;
+    if (device_shard(u) == nullptr && source_ != nullptr && ts.read == Read::None && source_->resident(u) == nullptr)
+      break;
     Status status = gather(u, true);
     if (!status.ok()) {
       // Reported by the acquire that needs it (which gathers it again when called again).
@@ -319,6 +370,7 @@ Status ParamCoordinator::acquire(size_t t, void **data) {
   Status status;
   if (ts.pending) {
     ++prefetch_hits_;
+    ++ts.prefetch_hits;
     status = wait_pending(t);
   } else if (ts.gathered.empty()) {
     status = gather(t, false);
@@ -345,7 +397,7 @@ void ParamCoordinator::maybe_free(size_t t) {
         if (distance <= options_.max_reuse_distance) return;
         break;
       }
-      distance += part_->numel(trace_[j]);
+      distance += tensors_[trace_[j]].numel;
       if (distance > options_.max_reuse_distance) break;
     }
   }
@@ -373,7 +425,7 @@ Status ParamCoordinator::set_secondary_group(Comm *group) {
 }
 
 int64_t ParamCoordinator::secondary_elems(size_t t) const {
-  return part_->shard_layout().shard_size(t) * (comm_->size() / secondary_comm_->size());
+  return shard_size(t) * (comm_->size() / secondary_comm_->size());
 }
 
 // Cuts this rank's secondary partition from the full gathered copy (same bytes as the shards the
@@ -474,9 +526,17 @@ Status ParamCoordinator::end_micro_step() {
 Status ParamCoordinator::refresh() {
   drop_secondaries();  // the shards changed: the next gathers go over the world again
   for (size_t t = 0; t < tensors_.size(); ++t)
-    if (!tensors_[t].gathered.empty()) DSRT_RETURN_IF_ERROR(gather(t, true));
+    if (!tensors_[t].frozen && !tensors_[t].gathered.empty()) DSRT_RETURN_IF_ERROR(gather(t, true));
   for (size_t t = 0; t < tensors_.size(); ++t) DSRT_RETURN_IF_ERROR(wait_pending(t));
   return Status::Ok();
+}
+
+Status ParamCoordinator::regather(size_t t) {
+  DSRT_RETURN_IF_ERROR(wait_pending(t));
+  tensors_[t].secondary.reset();  // hpZ: the shards were rewritten, so is the secondary partition's source
+  if (tensors_[t].gathered.empty()) return Status::Ok();
+  DSRT_RETURN_IF_ERROR(wait_pending(t));
+  return gather(t, false);
 }
 
 Status ParamCoordinator::overwrite(size_t t, const float *full) {
@@ -486,7 +546,7 @@ Status ParamCoordinator::overwrite(size_t t, const float *full) {
   if (ts.gathered.empty()) return Status::Ok();
   // The gathered copy is device memory: convert on the host and copy it up (on the CPU device the
   // copy is a memcpy). The tensor's elements only; the padding past numel is left as gathered.
-  const size_t n = static_cast<size_t>(part_->numel(t));
+  const size_t n = static_cast<size_t>(tensors_[t].numel);
   std::vector<char> converted(n * dtype_size(options_.working_dtype));
   cpu_convert(full, DSRT_F32, converted.data(), options_.working_dtype, n);
   DSRT_RETURN_IF_ERROR(device_->copy(ts.gathered.data(), converted.data(), converted.size(), nullptr)

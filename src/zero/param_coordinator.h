@@ -27,6 +27,15 @@
 // again. The gathered bytes are the same either way, so results are bitwise those of plain ZeRO-3.
 // Persistent tensors never get one (they stay gathered).
 //
+// Frozen entries. After the partitioning's trainable tensors (entries 0..N-1) come frozen tensors
+// (entries N.., init's `frozen`): no master, no gradient, no optimizer state, each split on its own
+// into W shards of ceil(numel/W) elements. They share everything above with the trainable entries
+// -- the trace, prefetching, reuse, the live limit, persistence, the agreement check and reads
+// from the shard source -- except that the optimizer step never rewrites them, so refresh() skips
+// them (regather() re-gathers one after its shards were written). A frozen entry's shard is sent
+// from its device buffer, or comes from the shard source when parameter offload moved it there
+// (set_frozen_shard(t, nullptr)).
+//
 // Shards on NVMe (a ShardSource instead of resident shards). Prefetching also reads ahead: after
 // issuing its gathers, an acquire that follows the trace starts background reads of the shards of
 // the next tensors in the trace, as long as the elements being read stay within
@@ -49,6 +58,7 @@
 #include "comm/comm.h"
 #include "device/device.h"
 #include "zero/partition.h"
+#include "zero/quantized_gather.h"
 #include "zero/shard_source.h"
 
 namespace dsrt {
@@ -65,12 +75,32 @@ struct SwapInStats {
   size_t peak_reads_in_flight = 0;
 };
 
+// A frozen tensor's entry (after the partitioning's tensors): its size and this rank's working shard
+// of shard_elems elements on the device (null: from the shard source).
+struct FrozenEntry {
+  std::string name;
+  int64_t numel = 0;
+  int64_t shard_elems = 0;
+  const void *shard = nullptr;
+};
+
+// The engine fills these from the config (zero_optimization.stage3_*; the defaults are the
+// schema's, src/config/schema_table.cpp). Left as they are: no prefetch, no bound on live
+// elements or on reuse distance, no persistent tensors.
 struct CoordinatorOptions {
   dsrt_dtype working_dtype = DSRT_F32;
-  int64_t prefetch_bucket_elems = 50000000;
-  int64_t max_live_elems = 1000000000;
-  int64_t max_reuse_distance = 1000000000;
-  int64_t persistence_threshold = 100000;
+  int64_t prefetch_bucket_elems = 0;
+  int64_t max_live_elems = INT64_MAX;
+  int64_t max_reuse_distance = INT64_MAX;
+  int64_t persistence_threshold = 0;
+  // ZeRO++ qwZ (zero_quantized_weights): every gather of a trainable tensor sends int8 blocks with
+  // fp32 scales (quantized_gather.h) and dequantizes into the gathered copy; the shards are
+  // unchanged. With hpZ, the gathers of the secondary partitions inside the group are quantized
+  // the same way. quantized_nontrainable (zero_quantized_nontrainable_weights) does the same for
+  // the frozen entries. The kernels follow the device (quant_device.h: CPU, or CUDA on the default
+  // stream).
+  bool quantized_weights = false;
+  bool quantized_nontrainable = false;
 };
 
 class ParamCoordinator {
@@ -81,8 +111,11 @@ class ParamCoordinator {
   // Waits for prefetches still in flight so no buffer is freed under them.
   ~ParamCoordinator();
   // shards: this rank's resident working shards (partition layout), owned by the engine.
+  // frozen: the frozen tensors, entries N.. (N = partitioning->num_tensors()).
   Status init(const Partitioning *partitioning, Comm *comm, Device *device, const CoordinatorOptions &options,
-              void *shards, std::vector<std::string> names);
+              void *shards, std::vector<std::string> names, std::vector<FrozenEntry> frozen = {});
+  // Where frozen entry t's shard is sent from from now on (null: the shard source). Drops reads.
+  void set_frozen_shard(size_t t, const void *shard);
 
   // hpZ: the group secondary partitions are gathered over (null: off). Borrowed; it must outlive
   // the coordinator. Every rank of the world calls it alike, before the first acquire.
@@ -104,10 +137,15 @@ class ParamCoordinator {
   // After the shards changed (optimizer step, write): re-gather every tensor that stays gathered
   // (persistent, still acquired, or kept for reuse). Collective.
   Status refresh();
+  // After t's shards were written (a frozen tensor's checkpoint load): re-gather it if it is
+  // gathered. Collective (every rank has the same gathered set: it follows the agreed sequence).
+  Status regather(size_t t);
   // Write a full fp32 value (host memory) into the gathered copy of t, if one is live (write_fp32).
   // Waits for a gather in flight into it first; the copy goes through the device.
   Status overwrite(size_t t, const float *full);
 
+  size_t num_entries() const { return tensors_.size(); }
+  bool frozen(size_t t) const { return tensors_[t].frozen; }
   bool persistent(size_t t) const { return tensors_[t].persistent; }
   int acquired(size_t t) const { return tensors_[t].acquired; }
   // t's gathered copy (null when not gathered); persistent tensors always have one.
@@ -120,6 +158,8 @@ class ParamCoordinator {
   uint64_t cached_bytes() const;
   bool trace_valid() const { return trace_valid_; }
   int64_t prefetch_hits() const { return prefetch_hits_; }
+  // Acquires of t that found its gather already issued by a prefetch.
+  int64_t prefetch_hits(size_t t) const { return tensors_[t].prefetch_hits; }
   double gather_seconds() const { return gather_seconds_; }
   const SwapInStats &swap_in_stats() const { return swap_stats_; }
   size_t reads_in_flight() const { return reading_.size(); }
@@ -131,15 +171,24 @@ class ParamCoordinator {
   struct TensorState {
     DeviceBuffer gathered;  // shard_size * W elements; the first numel are the tensor
     CommHandle pending;     // an in-flight prefetch into gathered
+    QuantizedAllGather quantized;  // qwZ: the payloads of the gather in flight
     DeviceBuffer staged;    // the shard read from the source, sent by the gather (NVMe offload)
     DeviceBuffer secondary;  // hpZ: this rank's secondary partition (empty: none valid)
     Read read = Read::None;
     Status read_error;
     int acquired = 0;
     bool persistent = false;
+    int64_t numel = 0;
+    int64_t shard_elems = 0;
+    int64_t prefetch_hits = 0;
+    bool frozen = false;             // no master/gradient: never rewritten by a step
+    const void *frozen_shard = nullptr;  // frozen: its device shard (null: the shard source)
   };
 
   Status gather(size_t t, bool async);
+  // t's shard in device memory (resident shards or a frozen tensor's buffer); null: from source_.
+  const char *device_shard(size_t t) const;
+  int64_t shard_size(size_t t) const { return tensors_[t].shard_elems; }
   Status shard_to_send(size_t t, const char **send);
   Status fetch(size_t t);
   Status finish_read(size_t t);

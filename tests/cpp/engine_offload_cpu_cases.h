@@ -49,7 +49,10 @@ inline void expect_working_copies_equal(Engine &a, Engine &b) {
 }
 
 // Trains a reference and an offloaded engine on the same gradients and compares everything.
-inline void run_offload_cpu_case(const OffloadCpuCase &c, const std::shared_ptr<Comm> &comm) {
+// staged: the offloaded engine copies the gradient partition into host memory and the updated
+// working partition back, as on a GPU; otherwise (the CPU device's default) the optimizer reads
+// the accumulator and writes the working copy in place.
+inline void run_offload_cpu_case(const OffloadCpuCase &c, const std::shared_ptr<Comm> &comm, bool staged) {
   TrainConfig config = base_config(c.stage);
   config.optimizer.type = c.optimizer;
   config.bf16_enabled = c.working == DSRT_BF16;
@@ -61,8 +64,10 @@ inline void run_offload_cpu_case(const OffloadCpuCase &c, const std::shared_ptr<
   Status s = make_engine(config, comm, offload_cpu_shapes(), &reference);
   ASSERT_TRUE(s.ok()) << s.message();
   config.zero.offload_optimizer.device = OffloadDevice::Cpu;
-  s = make_engine(config, comm, offload_cpu_shapes(), &offloaded);
+  s = make_engine(config, comm, offload_cpu_shapes(), &offloaded, true,
+                  [staged](Engine &e) { return e.set_host_staging_on_cpu(staged); });
   ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(offloaded->host_grad_partition() != nullptr, staged);
 
   const int steps = fp16 ? 8 : 4 * c.accumulation;
   train(*reference, steps);
@@ -96,8 +101,8 @@ inline void run_offload_cpu_case(const OffloadCpuCase &c, const std::shared_ptr<
   expect_bitwise_equal(read_all(*reference), read_all(*offloaded));
   expect_working_copies_equal(*reference, *offloaded);
 
-  // Memory: masters, states and the gradient copy on the host; the reduced partition and the
-  // working copies on the device.
+  // Memory: masters, states and (staged) the gradient copy on the host; the reduced partition and
+  // the working copies on the device.
   dsrt_memory_stats ref_mem, mem;
   std::memset(&ref_mem, 0, sizeof ref_mem);
   std::memset(&mem, 0, sizeof mem);
@@ -110,11 +115,15 @@ inline void run_offload_cpu_case(const OffloadCpuCase &c, const std::shared_ptr<
   EXPECT_EQ(mem.master_params[DSRT_LOC_DEVICE], 0u);
   EXPECT_EQ(mem.optimizer_states[DSRT_LOC_HOST], states * part_bytes);
   EXPECT_EQ(mem.optimizer_states[DSRT_LOC_DEVICE], 0u);
-  EXPECT_EQ(mem.gradients[DSRT_LOC_HOST], part_bytes);
+  EXPECT_EQ(mem.gradients[DSRT_LOC_HOST], staged ? part_bytes : 0u);
   EXPECT_EQ(mem.gradients[DSRT_LOC_DEVICE], ref_mem.gradients[DSRT_LOC_DEVICE]);
   EXPECT_EQ(mem.working_params[DSRT_LOC_DEVICE], ref_mem.working_params[DSRT_LOC_DEVICE]);
-  EXPECT_GE(mem.buffers[DSRT_LOC_HOST],
-            static_cast<uint64_t>(offloaded->partitioning().partition_elems()) * dtype_size(offloaded->working_dtype()));
+  const uint64_t staging_bytes =
+      static_cast<uint64_t>(offloaded->partitioning().partition_elems()) * dtype_size(offloaded->working_dtype());
+  if (staged)
+    EXPECT_GE(mem.buffers[DSRT_LOC_HOST], staging_bytes);
+  else  // no staging: only Lamb's fp32 update buffer is host memory
+    EXPECT_EQ(mem.buffers[DSRT_LOC_HOST], c.optimizer == OptimizerType::Lamb ? part_bytes : 0u);
   EXPECT_EQ(ref_mem.master_params[DSRT_LOC_DEVICE], part_bytes);
   EXPECT_EQ(ref_mem.master_params[DSRT_LOC_HOST] + ref_mem.optimizer_states[DSRT_LOC_HOST] +
                 ref_mem.gradients[DSRT_LOC_HOST] + ref_mem.buffers[DSRT_LOC_HOST],

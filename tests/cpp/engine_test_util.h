@@ -110,7 +110,8 @@ struct RefOptimizer {
           for (size_t i = 0; i < n; ++i) rt.p[i] -= step_size * trust * u[i];
           break;
         }
-        case OptimizerType::OneBitAdam: break;
+        case OptimizerType::OneBitAdam:
+        case OptimizerType::ZeroOneAdam: break;
       }
     }
   }

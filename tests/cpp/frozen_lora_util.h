@@ -144,9 +144,17 @@ inline void add_grad(dsrt_tensor *t, const std::vector<double> &g) {
 
 // One training step of rank `rank` of `world` ranks at global step `step`: the host acquires the
 // base (gathered at stage 3) and the adapters, computes its micro-batch's gradients, and steps.
-inline void train_step(LoraEngine &le, int64_t step, int rank) {
-  const std::vector<double> w = acquired_values(le.base);
-  const std::vector<double> a = acquired_values(le.a);
+// base_second: acquire A first, then the base, then B (so that at stage 3 the base's gather can be
+// prefetched by A's acquire); the values are the same either way.
+inline void train_step(LoraEngine &le, int64_t step, int rank, bool base_second = false) {
+  std::vector<double> w, a;
+  if (base_second) {
+    a = acquired_values(le.a);
+    w = acquired_values(le.base);
+  } else {
+    w = acquired_values(le.base);
+    a = acquired_values(le.a);
+  }
   const std::vector<double> b = acquired_values(le.b);
   std::vector<double> ga, gb;
   lora_grads(batch(step, rank), w, a, b, &ga, &gb);
@@ -203,12 +211,29 @@ inline std::vector<float> read_fp32(dsrt_tensor *t) {
   return out;
 }
 
-inline uint64_t device_working_bytes(const Engine &engine) {
+inline dsrt_memory_stats memory_stats(const Engine &engine) {
   dsrt_memory_stats stats;
   std::memset(&stats, 0, sizeof stats);
   stats.struct_size = sizeof stats;
   EXPECT_TRUE(engine.memory(&stats).ok());
-  return stats.working_params[DSRT_LOC_DEVICE];
+  return stats;
+}
+
+inline uint64_t device_working_bytes(const Engine &engine) { return memory_stats(engine).working_params[DSRT_LOC_DEVICE]; }
+
+// offload_param at stage 3: "cpu", or "nvme" into path (every non-persistent shard on NVMe).
+inline void offload_params(TrainConfig *c, bool nvme, const std::string &path) {
+  c->zero.offload_param.device = nvme ? OffloadDevice::Nvme : OffloadDevice::Cpu;
+  if (!nvme) return;
+  c->zero.offload_param.nvme_path = path;
+  c->zero.offload_param.buffer_count = 3;
+  c->zero.offload_param.buffer_size = 1 << 16;
+  c->zero.offload_param.max_in_cpu = 0;
+}
+
+inline void expect_bitwise(const std::vector<float> &x, const std::vector<float> &y, const char *what) {
+  ASSERT_EQ(x.size(), y.size()) << what;
+  EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0) << what;
 }
 
 }  // namespace lora_test

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -49,10 +50,12 @@ inline int64_t numel_of(const std::vector<int64_t> &shape) {
   return n;
 }
 
+// before_build (optional) runs on the created engine before its parameters are registered.
 inline Status make_engine(const TrainConfig &config, std::shared_ptr<Comm> comm,
                           const std::vector<std::vector<int64_t>> &shapes, std::unique_ptr<Engine> *out,
-                          bool with_init = true) {
+                          bool with_init = true, const std::function<Status(Engine &)> &before_build = nullptr) {
   DSRT_RETURN_IF_ERROR(Engine::create(config, std::move(comm), out));
+  if (before_build) DSRT_RETURN_IF_ERROR(before_build(**out));
   for (size_t t = 0; t < shapes.size(); ++t) {
     std::vector<float> init;
     if (with_init) init = gaussian(100 + static_cast<uint32_t>(t), static_cast<size_t>(numel_of(shapes[t])), 0.5f);

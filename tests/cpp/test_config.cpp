@@ -198,6 +198,28 @@ TEST(Config, AdamWModeFollowsDeepSpeed) {
   EXPECT_DOUBLE_EQ(resolve_ok(*adagrad).optimizer.lr, 1e-2);
 }
 
+TEST(Config, ZeroOneAdamKeysResolveWithDeepSpeedDefaults) {
+  auto defaults = parse_ok(R"({"optimizer": {"type": "ZeroOneAdam"}})");
+  const OptimizerConfig d = resolve_ok(*defaults).optimizer;
+  EXPECT_EQ(d.type, OptimizerType::ZeroOneAdam);
+  EXPECT_EQ(d.var_freeze_step, 100000);
+  EXPECT_EQ(d.var_update_scaler, 16);
+  EXPECT_EQ(d.local_step_scaler, 32678);
+  EXPECT_EQ(d.local_step_clipper, 16);
+  auto set = parse_ok(R"({"optimizer": {"type": "zeroOneAdam", "params": {"var_freeze_step": 7,
+      "var_update_scaler": 3, "local_step_scaler": 5, "local_step_clipper": 2, "cuda_aware": false}}})");
+  const OptimizerConfig o = resolve_ok(*set).optimizer;
+  EXPECT_EQ(o.var_freeze_step, 7);
+  EXPECT_EQ(o.var_update_scaler, 3);
+  EXPECT_EQ(o.local_step_scaler, 5);
+  EXPECT_EQ(o.local_step_clipper, 2);
+  EXPECT_NE(parse_error(R"({"optimizer": {"type": "ZeroOneAdam", "params": {"var_update_scaler": 0}}})")
+                .find("optimizer.params.var_update_scaler"),
+            std::string::npos);
+  // OneBitAdam's key is not ZeroOneAdam's.
+  EXPECT_FALSE(parse_error(R"({"optimizer": {"type": "OneBitAdam", "params": {"var_freeze_step": 7}}})").empty());
+}
+
 TEST(Config, AliasesWorkWithAWarning) {
   std::unique_ptr<Config> config;
   ASSERT_TRUE(Config::load(kSeeds + "/nvme_infinity_trailing_comma.json", &config).ok());
@@ -384,9 +406,7 @@ TEST(Config, BatchRuleErrorShowsTheNumbers) {
 
 TEST(Config, UnimplementedFeaturesAreRefusedNotDropped) {
   const char *const refused[] = {
-      R"({"zero_optimization": {"stage": 3, "zero_quantized_weights": true}})",
-      R"({"optimizer": {"type": "OneBitAdam", "params": {"freeze_step": 10}}})",
-      R"({"optimizer": {"type": "ZeroOneAdam", "params": {"anything": 1}}})",
+      R"({"optimizer": {"type": "OneBitLamb", "params": {"freeze_step": 10}}})",
       R"({"scheduler": {"type": "StepLR", "params": {"step_size": 10}}})",
       R"({"amp": {"enabled": true, "opt_level": "O1"}})",
       R"({"aio": {"use_gds": true}})",
@@ -411,7 +431,7 @@ TEST(Config, UnimplementedFeaturesAreRefusedNotDropped) {
   resolve_ok(*off);
   std::unique_ptr<Config> zeropp;
   ASSERT_TRUE(Config::load(kSeeds + "/zeropp.json", &zeropp).ok());
-  EXPECT_EQ(zeropp->unsupported().size(), 2u);  // qwZ and qgZ; its hpZ is implemented
+  EXPECT_TRUE(zeropp->unsupported().empty());  // hpZ, qwZ and qgZ are all implemented
 }
 
 // hpZ is a stage-3 partitioning: read at stage 3, ignored below (as DeepSpeed), 0 means off.
@@ -476,6 +496,22 @@ TEST(Config, MicsShardSizeResolves) {
           << c.json;
     }
   }
+}
+
+// Partial optimizer offload (offload_optimizer.ratio < 1) is not built over MiCS shard groups.
+TEST(Config, MicsWithOffloadRatioIsRefused) {
+  auto config = parse_ok(R"({"zero_optimization": {"stage": 3, "mics_shard_size": 2,
+      "offload_optimizer": {"device": "cpu", "ratio": 0.5}}})");
+  ASSERT_NE(config, nullptr);
+  TrainConfig t;
+  Status s = config->resolve(4, &t);
+  EXPECT_EQ(s.code(), DSRT_ERR_UNSUPPORTED) << s.message();
+  EXPECT_NE(s.message().find("ratio"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("mics_shard_size"), std::string::npos) << s.message();
+  auto whole = parse_ok(R"({"zero_optimization": {"stage": 3, "mics_shard_size": 2,
+      "offload_optimizer": {"device": "cpu", "ratio": 1.0}}})");
+  ASSERT_NE(whole, nullptr);
+  EXPECT_TRUE(whole->resolve(4, &t).ok());
 }
 
 TEST(Config, HostSideSectionsOnlyWarn) {

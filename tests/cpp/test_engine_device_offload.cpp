@@ -1,8 +1,9 @@
 // offload_optimizer.device "cpu" on one rank: the same code path a GPU engine takes (pinned host
 // masters and states, a host copy of the reduced gradient partition, the CPU optimizer writing a
-// host staging of the working partition that is copied into the device's working copy), bitwise
-// equal to the engine without offload at stages 1-3 with fp32, bf16 and fp16 working copies and
-// AdamW, Lamb and SGD. The multi-rank version is tests/mpi/mpi_engine_offload_cpu.cpp.
+// host staging of the working partition that is copied into the device's working copy; forced
+// with set_host_staging_on_cpu) and the CPU device's own path (the optimizer reads the
+// accumulator and writes the working copy in place), each bitwise equal to the engine without
+// offload at stages 1-3 with fp32, bf16 and fp16 working copies and AdamW, Lamb and SGD. The multi-rank version is tests/mpi/mpi_engine_offload_cpu.cpp.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -16,14 +17,31 @@ using namespace offload_cpu_test;
 
 TEST(EngineOffloadCpu, MatchesNoOffloadBitwise) {
   for (const OffloadCpuCase &c : offload_cpu_cases()) {
-    SCOPED_TRACE(Format("stage %d working %s optimizer %d", c.stage, dtype_name(c.working), static_cast<int>(c.optimizer)));
-    std::shared_ptr<Comm> comm;
-    ASSERT_TRUE(comm_create_local(&comm).ok());
-    run_offload_cpu_case(c, comm);
+    for (bool staged : {true, false}) {
+      SCOPED_TRACE(Format("stage %d working %s optimizer %d staged %d", c.stage, dtype_name(c.working),
+                          static_cast<int>(c.optimizer), staged));
+      std::shared_ptr<Comm> comm;
+      ASSERT_TRUE(comm_create_local(&comm).ok());
+      run_offload_cpu_case(c, comm, staged);
+    }
   }
 }
 
-// The reduced gradients reach host memory bucket by bucket during the window's last micro-step
+// Staging is a choice made before build.
+TEST(EngineOffloadCpu, HostStagingIsSetBeforeBuild) {
+  TrainConfig config = base_config(2);
+  config.zero.offload_optimizer.device = OffloadDevice::Cpu;
+  std::shared_ptr<Comm> comm;
+  ASSERT_TRUE(comm_create_local(&comm).ok());
+  std::unique_ptr<Engine> engine;
+  ASSERT_TRUE(make_engine(config, comm, offload_cpu_shapes(), &engine).ok());
+  EXPECT_EQ(engine->host_grad_partition(), nullptr) << "the CPU device reads the accumulator in place";
+  const Status s = engine->set_host_staging_on_cpu(true);
+  EXPECT_EQ(s.code(), DSRT_ERR_STATE);
+  EXPECT_NE(s.message().find("before dsrt_engine_build"), std::string::npos) << s.message();
+}
+
+// Staged as on a GPU: the reduced gradients reach host memory bucket by bucket during the window's last micro-step
 // (stages 2-3), not in one copy at the boundary; stage 1 reduces at the boundary, so its copy
 // happens inside step. Earlier micro-steps of the window copy nothing.
 TEST(EngineOffloadCpu, GradientsReachHostAsBucketsComplete) {
@@ -37,7 +55,8 @@ TEST(EngineOffloadCpu, GradientsReachHostAsBucketsComplete) {
       std::shared_ptr<Comm> comm;
       ASSERT_TRUE(comm_create_local(&comm).ok());
       std::unique_ptr<Engine> engine;
-      Status s = make_engine(config, comm, offload_cpu_shapes(), &engine);
+      Status s = make_engine(config, comm, offload_cpu_shapes(), &engine, true,
+                             [](Engine &e) { return e.set_host_staging_on_cpu(true); });
       ASSERT_TRUE(s.ok()) << s.message();
       const size_t n = static_cast<size_t>(engine->partitioning().partition_elems());
       const float *host = engine->host_grad_partition();

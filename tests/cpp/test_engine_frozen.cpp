@@ -1,7 +1,8 @@
 // Frozen tensors on one rank at every ZeRO stage: a LoRA-style model trains its adapters as a
 // float64 AdamW reference does while the frozen base stays bitwise unchanged; the base costs its
 // working copy only; gradient calls on it are refused naming it; checkpoints and the 16-bit model
-// hold it.
+// hold it. At stage 3 the base is one of the parameter coordinator's entries (prefetched, kept
+// gathered below the persistence threshold) and offload_param moves its shard off the device.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include "ckpt/file_io.h"
 #include "ckpt/manifest.h"
 #include "frozen_lora_util.h"
+#include "zero/param_coordinator.h"
 
 namespace dsrt {
 namespace {
@@ -208,6 +210,73 @@ TEST(EngineFrozen, CheckpointsAndTheSixteenBitModelHoldTheBase) {
     EXPECT_EQ(std::memcmp(before.data(), unchanged.data(), before.size() * sizeof(float)), 0);
     (void)remove_tree(dir);
     (void)remove_tree(dir2);
+  }
+}
+
+// One rank, offload_param "cpu" and "nvme" (fp32 and bf16): the base's shard moves to host memory
+// or a swap file, the device keeps only the adapters' and persistent tensors' copies, and training,
+// the gathered base, checkpoints and the 16-bit model file are bitwise those of the in-memory engine.
+TEST(EngineFrozen, OffloadParamMovesTheBaseOffTheDevice) {
+  for (bool nvme : {false, true}) {
+    for (dsrt_dtype working : {DSRT_F32, DSRT_BF16}) {
+      SCOPED_TRACE(Format("nvme %d dtype %s", nvme, dtype_name(working)));
+      const std::string swap = scratch("swap");
+      const std::string dir = scratch("offload_ckpt");
+      ASSERT_TRUE(make_directories(swap).ok());
+      {
+        TrainConfig config = lora_config(3, working);
+        config.zero.stage3_gather_16bit_weights_on_model_save = true;
+        LoraEngine ref = make_lora(config, local_comm());
+        offload_params(&config, nvme, swap);
+        LoraEngine off = make_lora(config, local_comm());
+        LoraEngine off_without = make_lora(config, local_comm(), false);
+        ASSERT_TRUE(ref.engine && off.engine && off_without.engine);
+        const uint64_t base_bytes = static_cast<uint64_t>(kOut * kIn) * dtype_size(working);
+        const dsrt_memory_stats with = memory_stats(*off.engine), without = memory_stats(*off_without.engine);
+        EXPECT_EQ(with.working_params[DSRT_LOC_DEVICE], without.working_params[DSRT_LOC_DEVICE]);
+        const int where = nvme ? DSRT_LOC_NVME : DSRT_LOC_HOST;
+        EXPECT_GE(with.working_params[where] - without.working_params[where], base_bytes);
+        EXPECT_LT(with.working_params[where] - without.working_params[where], base_bytes + 64);
+        EXPECT_EQ(with.master_params[DSRT_LOC_DEVICE], without.master_params[DSRT_LOC_DEVICE]);
+
+        for (int64_t s = 0; s < 3; ++s) {
+          train_step(ref, s, 0, true);
+          train_step(off, s, 0, true);
+        }
+        const size_t entry = off.engine->frozen().coordinator_entry(0);
+        EXPECT_EQ(off.engine->param_coordinator()->prefetch_hits(entry), 2);
+        if (nvme) EXPECT_GT(off.engine->param_coordinator()->swap_in_stats().bytes_read, base_bytes);
+        ASSERT_TRUE(save_checkpoint(*off.engine, dir, "t").ok());
+        ASSERT_TRUE(save_checkpoint(*ref.engine, dir, "r").ok());
+        for (int64_t s = 3; s < 5; ++s) {
+          train_step(ref, s, 0, true);
+          train_step(off, s, 0, true);
+        }
+        expect_bitwise(read_fp32(ref.a), read_fp32(off.a), "A");
+        expect_bitwise(read_fp32(ref.b), read_fp32(off.b), "B");
+        expect_bitwise(read_fp32(ref.base), read_fp32(off.base), "base");
+        EXPECT_GT(relative_error(read_fp32(off.a), widened(a_init())), 1e-3);
+
+        // The two checkpoints' files are the same bytes (frozen values and the 16-bit model).
+        for (const char *file : {kFrozenFile, kModel16File}) {
+          std::ifstream x(join_file_path(join_file_path(dir, "t"), file), std::ios::binary);
+          std::ifstream y(join_file_path(join_file_path(dir, "r"), file), std::ios::binary);
+          const std::string bx((std::istreambuf_iterator<char>(x)), std::istreambuf_iterator<char>());
+          const std::string by((std::istreambuf_iterator<char>(y)), std::istreambuf_iterator<char>());
+          EXPECT_FALSE(bx.empty()) << file;
+          EXPECT_EQ(bx, by) << file;
+        }
+        // Loaded into an offloaded engine whose base started elsewhere: continues bitwise.
+        LoraEngine back = make_lora(config, local_comm(), true, false, random_values(kOut * kIn, 98, 1.0f));
+        Status st = load_checkpoint(*back.engine, dir, "t");
+        ASSERT_TRUE(st.ok()) << st.message();
+        for (int64_t s = 3; s < 5; ++s) train_step(back, s, 0, true);
+        expect_bitwise(read_fp32(back.a), read_fp32(off.a), "A after load");
+        expect_bitwise(read_fp32(back.base), read_fp32(ref.base), "base after load");
+      }
+      (void)remove_tree(dir);
+      (void)remove_tree(swap);
+    }
   }
 }
 

@@ -189,7 +189,8 @@ void reference_step(const OptimizerHyper &h, const OptimizerConfig &config, cons
       for (size_t i = 0; i < n; ++i) r->p[i] -= step_size * trust * u[i];
       break;
     }
-    case OptimizerType::OneBitAdam: break;
+    case OptimizerType::OneBitAdam:
+    case OptimizerType::ZeroOneAdam: break;
   }
 }
 

@@ -5,7 +5,7 @@ tests can compare the two runs step by step.
 
     python train_gpt2.py --output_dir OUT [--deepspeed ds_config.json] [--max_steps 8]
         [--save_steps 4] [--gradient_accumulation_steps 1] [--weight_decay 0.0]
-        [--learning_rate 5e-3] [--lr_scheduler_type constant]
+        [--learning_rate 5e-3] [--lr_scheduler_type constant] [--warmup_steps 0]
         [--resume_from_checkpoint OUT/checkpoint-4] [--dsrt_compat]
 
 It writes OUT/losses.json (every micro-step's loss on rank 0, full precision, with the optimizer
@@ -31,6 +31,7 @@ def parse():
     parser.add_argument("--weight_decay", type=float, default=0.0)
     parser.add_argument("--learning_rate", type=float, default=5e-3)
     parser.add_argument("--lr_scheduler_type", default="constant")
+    parser.add_argument("--warmup_steps", type=int, default=0)
     parser.add_argument("--resume_from_checkpoint", default=None)
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--dsrt_compat", action="store_true", help="run `import dsrt.compat` first")
@@ -61,11 +62,11 @@ def main():
     losses = []
 
     class RecordingTrainer(Trainer):
-        def _get_train_sampler(self):
+        def _get_train_sampler(self, *_dataset):  # newer transformers pass the dataset
             return torch.utils.data.SequentialSampler(self.train_dataset)
 
-        def compute_loss(self, model, inputs, return_outputs=False):
-            result = super().compute_loss(model, inputs, return_outputs)
+        def compute_loss(self, model, inputs, return_outputs=False, **kwargs):  # num_items_in_batch (newer)
+            result = super().compute_loss(model, inputs, return_outputs, **kwargs)
             loss = result[0] if return_outputs else result
             losses.append({"step": self.state.global_step + 1, "loss": loss.detach().float().item()})
             return result
@@ -73,7 +74,7 @@ def main():
     training_args = TrainingArguments(
         output_dir=args.output_dir, per_device_train_batch_size=micro_batch,
         gradient_accumulation_steps=args.gradient_accumulation_steps, max_steps=args.max_steps,
-        learning_rate=args.learning_rate, warmup_steps=0, lr_scheduler_type=args.lr_scheduler_type,
+        learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, lr_scheduler_type=args.lr_scheduler_type,
         weight_decay=args.weight_decay, max_grad_norm=1.0, logging_steps=1, save_steps=args.save_steps,
         save_strategy="steps", report_to=[], seed=42, dataloader_num_workers=0, deepspeed=args.deepspeed,
         disable_tqdm=True, bf16=args.bf16, use_cpu=args.bf16 and not args.deepspeed)

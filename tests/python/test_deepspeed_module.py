@@ -205,9 +205,10 @@ def test_consolidated_state_dict_and_zero_to_fp32(tmp_path, stage):
     assert all(torch.equal(written[name], state[name]) for name in names)
 
 
-def test_a_deepspeed_written_folder_is_named_as_such(tmp_path):
-    """dsrt does not read DeepSpeed's own checkpoint format yet: the error says so instead of
-    reporting a missing manifest."""
+def test_a_damaged_deepspeed_folder_is_named_as_such(tmp_path):
+    """A folder with DeepSpeed's file names but not its contents: the error names the folder and
+    what dsrt expects, from the consolidation and from load_checkpoint (real DeepSpeed checkpoints
+    are imported: tests/python/test_ds_checkpoint.py)."""
     from dsrt.deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
     tag = tmp_path / "global_step3"
@@ -215,10 +216,10 @@ def test_a_deepspeed_written_folder_is_named_as_such(tmp_path):
     (tmp_path / "latest").write_text("global_step3")
     torch.save({"module": {"w": torch.ones(2)}}, tag / "mp_rank_00_model_states.pt")
     torch.save({"optimizer_state_dict": {}}, tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt")
-    with pytest.raises(dsrt.UnsupportedError, match="written by DeepSpeed"):
+    with pytest.raises(dsrt.CheckpointError, match="not a DeepSpeed checkpoint dsrt can read"):
         get_fp32_state_dict_from_zero_checkpoint(tmp_path)
     model = torch.nn.Linear(2, 1)
     engine, *_ = dsrt.initialize(model=model, config={"train_micro_batch_size_per_gpu": 1}, comm=dsrt.Comm.local())
-    with pytest.raises(dsrt.UnsupportedError, match="mp_rank_00_model_states.pt"):
+    with pytest.raises(dsrt.CheckpointError, match="mp_rank_00_model_states.pt"):
         engine.load_checkpoint(tmp_path)
     engine.close()

@@ -14,6 +14,7 @@ import torch
 from . import _core
 
 _FROZEN_FILE = "frozen_parameters.pt"
+MODULE_EXTRAS_FILE = "module_extras.pt"  # buffers and tied weights, for an export to DeepSpeed's format
 _RECOVERY_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "deepspeed", "utils", "recovery_script.py")
 
 
@@ -25,21 +26,16 @@ def _write_recovery_script(save_dir):
     os.chmod(target, 0o755)
 
 
-def refuse_deepspeed_folder(tag_dir):
-    """UnsupportedError when tag_dir holds a checkpoint written by DeepSpeed itself (its
-    mp_rank_*_model_states.pt / *_optim_states.pt files, no dsrt manifest): dsrt does not read
-    DeepSpeed's format yet, and saying so beats "manifest.json is missing"."""
-    if not os.path.isdir(tag_dir) or os.path.isfile(os.path.join(tag_dir, "manifest.json")):
-        return
-    names = os.listdir(tag_dir)
-    deepspeed_files = sorted(n for n in names if n.endswith("_model_states.pt") or n.endswith("_optim_states.pt"))
-    if deepspeed_files:
-        raise _core.UnsupportedError(
-            _core.capi.DSRT_ERR_UNSUPPORTED,
-            "%s is a checkpoint written by DeepSpeed (%s); dsrt reads only its own checkpoints so far: load it "
-            "with DeepSpeed and consolidate it with DeepSpeed's zero_to_fp32.py, then start dsrt from those "
-            "weights (load_checkpoint(..., load_module_only=True) takes dsrt checkpoints only)"
-            % (tag_dir, deepspeed_files[0]))
+_IMPORT_DIR = ".dsrt-import"  # inside a DeepSpeed save_dir: the dsrt copy load_checkpoint reads
+
+
+def deepspeed_tag_dir(load_dir, tag):
+    """The tag folder when load_dir/tag holds a checkpoint written by DeepSpeed, else None."""
+    from . import _ds_read
+    tag_dir = os.path.join(load_dir, tag)
+    return tag_dir if _ds_read.is_deepspeed_tag(tag_dir) else None
+
+
 _SCHEDULER_KEY = "__dsrt_client_lr_scheduler__"  # inside the pickled client state
 
 
@@ -70,6 +66,7 @@ class CheckpointMixin:
         tag_dir = os.path.join(save_dir, tag if tag is not None else "global_step%d" % self._engine.global_step)
         if self.global_rank == 0:
             _write_recovery_script(save_dir)
+            self._save_module_extras(tag_dir)
             if self._frozen and not exclude_frozen_parameters:
                 torch.save({name: param.detach().to("cpu", torch.float32) for name, param in self._frozen},
                            os.path.join(tag_dir, _FROZEN_FILE))
@@ -80,6 +77,16 @@ class CheckpointMixin:
                     with open(latest, "w") as f:
                         f.write(before)
         return True
+
+    def _save_module_extras(self, tag_dir):
+        """MODULE_EXTRAS_FILE: the model's state_dict entries dsrt does not train (buffers, and
+        tied weights under their second name), for an export to DeepSpeed's format, whose strict
+        module load wants them (ds_checkpoint.export_checkpoint reads it)."""
+        mine = set(self._engine.tensors) | {name for name, _ in self._frozen}
+        extras = {name: value.detach().cpu().clone() for name, value in self.module.state_dict().items()
+                  if name not in mine and torch.is_tensor(value)}
+        if extras:
+            torch.save(extras, os.path.join(tag_dir, MODULE_EXTRAS_FILE))
 
     def _load_frozen(self, load_dir, tag):
         path = os.path.join(load_dir, tag, _FROZEN_FILE)
@@ -118,7 +125,8 @@ class CheckpointMixin:
             warnings.warn("load_checkpoint: no 'latest' file in %s, so nothing was loaded; pass tag= to load "
                           "a particular checkpoint" % load_dir, stacklevel=2)
             return None, None
-        refuse_deepspeed_folder(os.path.join(load_dir, self._tag_of(load_dir, tag)))
+        if deepspeed_tag_dir(load_dir, self._tag_of(load_dir, tag)) is not None:
+            load_dir, tag = self._import_deepspeed(load_dir, self._tag_of(load_dir, tag))
         if load_module_only:
             return self._load_weights(load_dir, tag, load_module_strict)
         if not (load_optimizer_states and load_lr_scheduler_states):
@@ -139,6 +147,33 @@ class CheckpointMixin:
         if scheduler_state is not None and scheduler is not None and hasattr(scheduler, "load_state_dict"):
             scheduler.load_state_dict(scheduler_state)
         return load_dir, client_state
+
+    def _import_deepspeed(self, load_dir, tag):
+        """A checkpoint written by DeepSpeed: rank 0 converts it (ds_checkpoint.import_checkpoint, in
+        this engine's parameter order) into load_dir/.dsrt-import, which every rank then loads."""
+        from . import ds_checkpoint
+        target = os.path.join(load_dir, _IMPORT_DIR)
+        comm = getattr(self, "_comm", None)
+        failure = None
+        if self.global_rank == 0:
+            try:
+                ds_checkpoint.import_checkpoint(load_dir, target, tag=tag, order=[t.name for t, _ in self._params])
+            except Exception as error:  # every rank must hear of it, not wait at the barrier
+                failure = error
+            if comm is not None and comm.world_size > 1:
+                with open(os.path.join(load_dir, _IMPORT_DIR + ".status"), "w") as f:
+                    f.write("" if failure is None else "%s: %s" % (type(failure).__name__, failure))
+        if comm is not None and comm.world_size > 1:
+            comm.barrier()
+            if failure is None and self.global_rank != 0:
+                with open(os.path.join(load_dir, _IMPORT_DIR + ".status")) as f:
+                    message = f.read()
+                if message:
+                    failure = _core.CheckpointError(_core.capi.DSRT_ERR_CHECKPOINT,
+                                                    "importing the DeepSpeed checkpoint failed on rank 0: " + message)
+        if failure is not None:
+            raise failure
+        return target, tag
 
     def _load_weights(self, load_dir, tag, strict):
         reader = _core.Checkpoint(load_dir, tag)

@@ -135,6 +135,16 @@ dsrt_config_unresolved(config, out) =
 dsrt_config_warnings(config, out) =
     ccall((:dsrt_config_warnings, libdsrt), dsrt_status, (Ptr{dsrt_config}, Ptr{Ptr{Cchar}}), config, out)
 dsrt_config_destroy(config) = ccall((:dsrt_config_destroy, libdsrt), Cvoid, (Ptr{dsrt_config},), config)
+dsrt_config_check(config, world_size) =
+    ccall((:dsrt_config_check, libdsrt), dsrt_status, (Ptr{dsrt_config}, Int32), config, world_size)
+dsrt_config_unsupported(config, out) =
+    ccall((:dsrt_config_unsupported, libdsrt), dsrt_status, (Ptr{dsrt_config}, Ptr{Ptr{Cchar}}), config, out)
+dsrt_config_resolve_hint(config, key_path, out) =
+    ccall((:dsrt_config_resolve_hint, libdsrt), dsrt_status, (Ptr{dsrt_config}, Cstring, Ptr{Ptr{Cchar}}),
+          config, key_path, out)
+dsrt_config_to_deepspeed_json(config, json, dsrt_only) =
+    ccall((:dsrt_config_to_deepspeed_json, libdsrt), dsrt_status, (Ptr{dsrt_config}, Ptr{Ptr{Cchar}}, Ptr{Ptr{Cchar}}),
+          config, json, dsrt_only)
 
 # ---- communicator -------------------------------------------------------------------------------------
 dsrt_comm_create_local(out) = ccall((:dsrt_comm_create_local, libdsrt), dsrt_status, (Ptr{Ptr{dsrt_comm}},), out)

@@ -219,6 +219,13 @@ extern "C" {
                                               dtype: dsrt_dtype) -> dsrt_status;
     pub fn dsrt_checkpoint_close(ckpt: *mut dsrt_checkpoint);
 
+    pub fn dsrt_config_check(config: *const dsrt_config, world_size: i32) -> dsrt_status;
+    pub fn dsrt_config_unsupported(config: *const dsrt_config, out: *mut *mut c_char) -> dsrt_status;
+    pub fn dsrt_config_resolve_hint(config: *const dsrt_config, key_path: *const c_char,
+                                    out: *mut *mut c_char) -> dsrt_status;
+    pub fn dsrt_config_to_deepspeed_json(config: *const dsrt_config, json: *mut *mut c_char,
+                                         dsrt_only: *mut *mut c_char) -> dsrt_status;
+
     pub fn dsrt_engine_destroy(engine: *mut dsrt_engine);
 
     pub fn dsrt_engine_create_with_options(config: *const dsrt_config, comm: *mut dsrt_comm,

@@ -38,12 +38,19 @@ def get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir, tag=None, exclude_f
 
     from ... import _core
 
-    from ..._checkpoint_front import refuse_deepspeed_folder
+    from ... import _ds_read
 
     checkpoint_dir = os.fspath(checkpoint_dir)
     tag = _tag(checkpoint_dir, tag)
-    refuse_deepspeed_folder(os.path.join(checkpoint_dir, tag))
     state = collections.OrderedDict()
+    if _ds_read.is_deepspeed_tag(os.path.join(checkpoint_dir, tag)):  # written by DeepSpeed itself
+        ds = _ds_read.read(checkpoint_dir, tag)
+        for name, value in zip(ds.names, ds.master):
+            state[name] = torch.from_numpy(value)
+        if not exclude_frozen_parameters:
+            for name, _, value in ds.frozen:
+                state[name] = torch.from_numpy(value)
+        return state
     with _core.Checkpoint(checkpoint_dir, tag) as reader:
         for name in reader.names():
             state[name] = torch.from_numpy(reader.read(name))

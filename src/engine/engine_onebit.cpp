@@ -1,0 +1,90 @@
+// defines: the engine's 1-bit Adam step -- DeepSpeed's OnebitAdam on the stage-0 flat buffers:
+// an initialization step, the uncompressed warm-up stage (gradients all-reduced as usual), then
+// the compression stage (gradients kept local, the momentum of each parameter group all-reduced
+// with 1-bit compression and error feedback, the variance frozen).
+#include <algorithm>
+#include <cstring>
+
+#include "engine/engine.h"
+#include "optim/onebit_adam.h"
+#include "util/log.h"
+
+namespace dsrt {
+
+bool Engine::onebit_compressing() const {
+  if (config_.optimizer.type == OptimizerType::ZeroOneAdam) {
+    if (counters_.applied_steps == 0) return false;  // the initialization step
+    return zero_one_frozen() || (counters_.applied_steps + 1) % zero_one_.var_interval != 0;
+  }
+  if (config_.optimizer.type != OptimizerType::OneBitAdam) return false;
+  // DeepSpeed's state['step'] counts every applied step() call, its first (which only sets up
+  // buffers) included; the freeze check runs after each warm-up update, never after the first call.
+  const int64_t previous = counters_.applied_steps;
+  return previous >= std::max<int64_t>(config_.optimizer.freeze_step, 2);
+}
+
+void Engine::onebit_reset_errors() {
+  for (OneBitGroup &group : onebit_) {
+    group.reduce.reset_errors();
+    std::fill(group.accumulator.begin(), group.accumulator.end(), 0.0f);
+    group.lrs = 0.0;
+  }
+  zero_one_ = ZeroOnePolicy{};
+}
+
+Status Engine::onebit_build() {
+  onebit_.clear();
+  zero_one_ = ZeroOnePolicy{};
+  if (!onebit_type()) return Status::Ok();
+  const std::vector<OwnedSegment> segments = part_.owned_segments(part_rank());
+  std::vector<size_t> group_elems(groups_.size(), 0);
+  for (const OwnedSegment &seg : segments)
+    group_elems[static_cast<size_t>(tensors_[seg.tensor].group)] += static_cast<size_t>(seg.count);
+  onebit_.resize(groups_.size());
+  for (size_t g = 0; g < onebit_.size(); ++g) {
+    DSRT_RETURN_IF_ERROR(onebit_[g].reduce.init(comm_.get(), group_elems[g]));
+    onebit_[g].momentum.assign(group_elems[g], 0.0f);
+    if (config_.optimizer.type == OptimizerType::ZeroOneAdam) onebit_[g].accumulator.assign(group_elems[g], 0.0f);
+  }
+  if (!config_.fp16.enabled && rank() == 0)
+    logf(DSRT_LOG_WARN, "%s: DeepSpeed verified the convergence of its 1-bit optimizers under fp16 only",
+         config_.optimizer.type == OptimizerType::ZeroOneAdam ? "ZeroOneAdam" : "OneBitAdam");
+  return Status::Ok();
+}
+
+Status Engine::onebit_update(const std::vector<OptimizerSlice> &slices,
+                             const std::vector<std::vector<size_t>> &by_group, float grad_scale) {
+  // DeepSpeed's first step() allocates the error buffers and returns: no parameter or state moves.
+  if (counters_.applied_steps == 0) return Status::Ok();
+  const bool compressing = onebit_compressing();
+  if (compressing && counters_.applied_steps == std::max<int64_t>(config_.optimizer.freeze_step, 2) && rank() == 0)
+    log_progress(Format("OneBitAdam: compressed communication starts at step %lld",  // DeepSpeed prints it too
+                        static_cast<long long>(counters_.applied_steps + 1)));
+  for (size_t g = 0; g < by_group.size() && g < onebit_.size(); ++g) {
+    const OptimizerHyper hyper = group_hyper(g);
+    if (!compressing) {
+      for (size_t i : by_group[g])
+        DSRT_RETURN_IF_ERROR(onebit_adam_warmup_step(hyper, slices[i], grad_scale)
+                                 .with_context(Format("OneBitAdam warm-up step (group %zu)", g)));
+      continue;
+    }
+    OneBitGroup &group = onebit_[g];
+    size_t at = 0;
+    for (size_t i : by_group[g]) {
+      DSRT_RETURN_IF_ERROR(onebit_adam_momentum(hyper, slices[i], grad_scale));
+      std::memcpy(group.momentum.data() + at, slices[i].state0, slices[i].n * sizeof(float));
+      at += slices[i].n;
+    }
+    DSRT_RETURN_IF_ERROR(group.reduce.run(group.momentum.data())
+                             .with_context(Format("OneBitAdam: the compressed momentum all-reduce of group %zu", g)));
+    at = 0;
+    for (size_t i : by_group[g]) {
+      std::memcpy(slices[i].state0, group.momentum.data() + at, slices[i].n * sizeof(float));
+      at += slices[i].n;
+      DSRT_RETURN_IF_ERROR(onebit_adam_apply(hyper, slices[i]).with_context(Format("OneBitAdam step (group %zu)", g)));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace dsrt
