@@ -177,8 +177,18 @@ TEST(ConfigRules, EngineRefusesWhatTheRulesRefuse) {
          c->bf16_enabled = true;
        },
        DSRT_ERR_CONFIG, "fp16.enabled and bf16.enabled are both true"},
-      {"one-bit adam", [](TrainConfig *c) { c->optimizer.type = OptimizerType::OneBitAdam; }, DSRT_ERR_UNSUPPORTED,
-       "OneBitAdam"},
+      {"one-bit adam with ZeRO",
+       [](TrainConfig *c) {
+         c->optimizer.type = OptimizerType::OneBitAdam;
+         c->zero.stage = 1;
+       },
+       DSRT_ERR_CONFIG, "OneBitAdam needs zero_optimization.stage 0"},
+      {"0/1 adam with ZeRO",
+       [](TrainConfig *c) {
+         c->optimizer.type = OptimizerType::ZeroOneAdam;
+         c->zero.stage = 3;
+       },
+       DSRT_ERR_CONFIG, "ZeroOneAdam needs zero_optimization.stage 0"},
       {"param offload below stage 3",
        [](TrainConfig *c) {
          c->zero.stage = 2;

@@ -289,6 +289,24 @@ def test_trainers_own_two_group_adamw_and_schedule(tmp_path, standin):
     assert_close(losses(out), losses(plain_out), "zero2 losses with the Trainer's AdamW and schedule")
 
 
+def test_config_optimizer_with_the_trainers_schedule(tmp_path, standin):
+    """A config with an "optimizer" section and no "scheduler": the Trainer hands deepspeed.initialize
+    a function that builds its linear warmup-and-decay LambdaLR on the optimizer; dsrt steps it after
+    every optimizer step, and a resumed run continues the schedule where the checkpoint left it."""
+    schedule = ("--lr_scheduler_type", "linear", "--warmup_steps", "3")
+    plain_out = tmp_path / "plain"
+    run(plain_out, *schedule)
+    config = ds_config(tmp_path, 2, drop=("scheduler",))
+    out = tmp_path / "dsrt"
+    run(out, *schedule, deepspeed=config, standin=standin)
+    assert_close(losses(out), losses(plain_out), "zero2 losses with the Trainer's linear schedule")
+    second = tmp_path / "second"
+    shutil.copytree(out / "checkpoint-4", second / "checkpoint-4")
+    run(second, *schedule, "--resume_from_checkpoint", str(second / "checkpoint-4"), deepspeed=config,
+        standin=standin)
+    assert_close(losses(second), losses(plain_out)[4:], "resumed losses vs plain PyTorch")
+
+
 ACCELERATE_SCRIPT = os.path.join(HERE, "accelerate_gpt2.py")
 
 

@@ -1,6 +1,7 @@
 """The `deepspeed` module tree of dsrt.compat, without the Hugging Face libraries: what they import
 exists and works (the Trainer itself runs in tests/hf). Each check that imports dsrt.compat runs in
 a fresh interpreter, since the line changes the process's import system."""
+import copy
 import os
 import subprocess
 import sys
@@ -140,15 +141,83 @@ def test_initialize_takes_a_deepspeed_adam_as_the_optimizer_description():
                    comm=dsrt.Comm.local())
 
 
-def test_a_torch_scheduler_is_refused_with_what_to_write_instead():
+@pytest.mark.parametrize("stage", [0, 2])
+def test_config_optimizer_with_a_scheduler_callable_follows_torch(tmp_path, stage):
+    """The HF Trainer's form for a config with an "optimizer" section and no "scheduler": a callable
+    that builds a torch LambdaLR on the optimizer it is given. dsrt's steps follow torch's AdamW
+    under the same LambdaLR, and a checkpoint taken after 4 of 9 steps resumes the schedule."""
+    from dsrt.deepspeed import initialize
+
+    lam = lambda step: 1.0 / (1.0 + 0.7 * step) if step % 3 else 0.4 + 0.1 * step  # noqa: E731
+    torch.manual_seed(31)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    reference = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    reference.load_state_dict(start)
+    params = {"lr": 0.03, "betas": [0.8, 0.95], "eps": 1e-7, "weight_decay": 0.05}
+    ref_opt = torch.optim.AdamW(reference.parameters(), lr=params["lr"], betas=tuple(params["betas"]),
+                                eps=params["eps"], weight_decay=params["weight_decay"])
+    ref_sched = torch.optim.lr_scheduler.LambdaLR(ref_opt, lam)
+    generator = torch.Generator().manual_seed(77)
+    data = [(torch.randn(4, 6, generator=generator), torch.randn(4, 3, generator=generator)) for _ in range(9)]
+    config = {"train_micro_batch_size_per_gpu": 4, "steps_per_print": 1000, "zero_optimization": {"stage": stage},
+              "optimizer": {"type": "AdamW", "params": params}}
+    built = []
+
+    def build(optimizer):
+        assert isinstance(optimizer, torch.optim.Optimizer)
+        built.append(torch.optim.lr_scheduler.LambdaLR(optimizer, lam))
+        return built[-1]
+
+    def make(m):
+        engine, optimizer, _, scheduler = initialize(model=m, model_parameters=m.parameters(), lr_scheduler=build,
+                                                     config_params=copy.deepcopy(config), comm=dsrt.Comm.local())
+        assert scheduler is built[-1] and built[-1].optimizer is optimizer
+        return engine, optimizer, scheduler
+
+    lrs = []
+    engine, optimizer, scheduler = make(model)
+    for x, y in data[:4]:
+        lrs.append(engine.get_lr()[0])
+        engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+        engine.step()
+    engine.save_checkpoint(str(tmp_path))
+    engine.close()
+    model2 = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    model2.load_state_dict(start)
+    engine, optimizer, scheduler = make(model2)
+    assert scheduler.last_epoch == 0
+    engine.load_checkpoint(str(tmp_path))
+    assert scheduler.last_epoch == 4  # the schedule resumed where it was saved, not from its start
+    for x, y in data[4:]:
+        lrs.append(engine.get_lr()[0])
+        engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+        engine.step()
+    ref_lrs = []
+    for x, y in data:
+        ref_lrs.append(ref_opt.param_groups[0]["lr"])
+        torch.nn.functional.mse_loss(reference(x), y).backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+        ref_sched.step()
+    assert lrs == pytest.approx(ref_lrs, rel=1e-12)
+    assert lrs == pytest.approx([0.03 * lam(i) for i in range(9)], rel=1e-12)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(ref_opt.param_groups[0]["lr"], rel=1e-12)
+    for name, param in reference.named_parameters():
+        err = float((engine.get_fp32_param(name) - param.detach()).norm() / param.detach().norm())
+        assert err < 1e-5, "%s: %g" % (name, err)
+    engine.close()
+
+
+def test_a_client_scheduler_beside_a_config_scheduler_is_refused():
     from dsrt.deepspeed import initialize
 
     model = torch.nn.Linear(3, 2)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    with pytest.raises(dsrt.UnsupportedError, match='"scheduler" section'):
-        initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
-                   config_params={"train_micro_batch_size_per_gpu": 1}, comm=dsrt.Comm.local())
+    config = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {"lr": 0.1}},
+              "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 2}}}
+    with pytest.raises(dsrt.ConfigError, match="both would drive the learning rate"):
+        initialize(model=model, model_parameters=model.parameters(), config_params=config, comm=dsrt.Comm.local(),
+                   lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0))
 
 
 def test_clone_tensors_for_torch_save_gives_tensors_of_their_own():

@@ -35,9 +35,11 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
 
     Accepts what the HF Trainer and Accelerate pass: config_params as a dict, model_parameters
     (Accelerate's DummyOptim.params), a torch Adam/AdamW or DeepSpeedCPUAdam/FusedAdam as the
-    description of the optimizer dsrt runs. A torch LR scheduler or a scheduler callable (the
-    Trainer's lr_scheduler_type when the config has no "scheduler" section) raises
-    UnsupportedError saying to describe the schedule in the config instead."""
+    description of the optimizer dsrt runs. lr_scheduler may be a torch LR scheduler built on the
+    client optimizer, or a callable taking the optimizer initialize returns and building one (the
+    Trainer's lr_scheduler_type when the config has an "optimizer" section and no "scheduler"):
+    dsrt steps it after every applied step and checkpoints its state_dict. Passing one beside a
+    config "scheduler" section is a ConfigError (see dsrt.initialize)."""
     from .runtime.engine import initialize as _initialize
 
     return _initialize(args=args, model=model, optimizer=optimizer, model_parameters=model_parameters,

@@ -77,13 +77,6 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
                mpu=None, dist_init_required=None, collate_fn=None, config=None, config_params=None, **kwargs):
     if mpu is not None:
         raise _unsupported("deepspeed.initialize(mpu=...): model parallelism is not implemented by dsrt")
-    if lr_scheduler is not None:
-        raise _unsupported(
-            "deepspeed.initialize(lr_scheduler=%s): dsrt runs DeepSpeed's schedules from the config and cannot step "
-            "a torch scheduler (with the HF Trainer this is its lr_scheduler_type, used when the DeepSpeed config "
-            "has no \"scheduler\" section): add a \"scheduler\" section, e.g. {\"type\": \"WarmupDecayLR\", "
-            "\"params\": {\"warmup_min_lr\": \"auto\", \"warmup_max_lr\": \"auto\", \"warmup_num_steps\": "
-            "\"auto\", \"total_num_steps\": \"auto\", \"warmup_type\": \"linear\"}}" % type(lr_scheduler).__name__)
     source = _finite(_config_dict(args, config, config_params))
     if isinstance(optimizer, (DeepSpeedCPUAdam, FusedAdam)):
         if source is not None and "optimizer" not in source:
@@ -99,7 +92,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
                                    % len(model_parameters))
             model_parameters = params
     return _dsrt_initialize(args=args, model=model, optimizer=optimizer, model_parameters=model_parameters,
-                            training_data=training_data, lr_scheduler=None, dist_init_required=dist_init_required,
+                            training_data=training_data, lr_scheduler=lr_scheduler, dist_init_required=dist_init_required,
                             collate_fn=collate_fn, config=source, config_params=None, **kwargs)
 
 
