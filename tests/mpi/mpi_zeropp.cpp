@@ -232,59 +232,67 @@ struct DeviceEnv {
 // exactly (quantization happens on the wire only).
 TEST_P(ZeroppOn, EngineQwzQuantizesGathersNotMasters) {
   DeviceEnv env(GetParam());
-  TrainConfig c;
-  c.optimizer.present = true;
-  c.optimizer.type = OptimizerType::AdamW;
-  c.optimizer.lr = 1e-3;
-  c.steps_per_print = 0;
-  c.zero.stage = 3;
-  c.zero.stage3_param_persistence_threshold = 0;
-  c.zero.zero_quantized_weights = true;
-  c.zero.zero_quantized_nontrainable_weights = true;
-  c.world_size = g_world->size();
-  c.train_batch_size = g_world->size();
-  std::shared_ptr<Comm> comm;
-  ASSERT_TRUE(g_world->split(0, g_world->rank(), &comm).ok());
-  std::unique_ptr<Engine> engine;
-  Status s = Engine::create(c, comm, &engine);
-  ASSERT_TRUE(s.ok()) << s.message();
-  const int64_t shape[2] = {64, 100}, frozen_shape[2] = {50, 30};
-  std::vector<float> init(6400), frozen(1500);
-  std::mt19937 rng(5);
-  std::normal_distribution<float> normal(0.0f, 0.02f);
-  for (float &x : init) x = normal(rng);
-  for (float &x : frozen) x = normal(rng);
-  ASSERT_TRUE(engine->add_param("w", shape, 2, init.data(), nullptr).ok());
-  ASSERT_TRUE(engine->add_frozen_param("base", frozen_shape, 2, frozen.data(), nullptr).ok());
-  s = engine->build();
-  ASSERT_TRUE(s.ok()) << s.message();
-  auto check = [](const float *got, const std::vector<float> &want, const char *what) {
-    float absmax = 0;
-    for (float x : want) absmax = std::max(absmax, std::fabs(x));
-    size_t differ = 0, outside = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      if (got[i] != want[i]) ++differ;
-      if (!(std::fabs(got[i] - want[i]) <= absmax / 127.0f)) ++outside;
-    }
-    EXPECT_EQ(outside, 0u) << what;
-    EXPECT_GT(differ, want.size() / 2) << what << ": the gather was not quantized";
-  };
-  EXPECT_EQ(engine->device().type(), GetParam() == "cuda" ? DSRT_DEVICE_CUDA : DSRT_DEVICE_CPU);
-  void *data = nullptr;
-  std::vector<float> got(init.size()), frozen_got(frozen.size());
-  ASSERT_TRUE(engine->acquire(0, &data, nullptr).ok());
-  download(*td_.device, data, got.data(), got.size() * sizeof(float));
-  check(got.data(), init, "trainable");
-  ASSERT_TRUE(engine->release(0).ok());
-  ASSERT_TRUE(engine->frozen_acquire(0, &data, nullptr).ok());
-  download(*td_.device, data, frozen_got.data(), frozen_got.size() * sizeof(float));
-  check(frozen_got.data(), frozen, "frozen");
-  ASSERT_TRUE(engine->frozen_release(0).ok());
-  std::vector<float> back(6400), frozen_back(1500);
-  ASSERT_TRUE(engine->read_fp32(0, back.data(), back.size()).ok());
-  EXPECT_EQ(back, init);
-  ASSERT_TRUE(engine->frozen_read_fp32(0, frozen_back.data(), frozen_back.size()).ok());
-  EXPECT_EQ(frozen_back, frozen);
+  // Plain stage 3, and (at 4+ ranks) MiCS shard groups of half the world: the quantized gathers
+  // run inside the shard group, for trainable and frozen tensors alike.
+  std::vector<int> shard_sizes = {-1};
+  if (g_world->size() >= 4 && g_world->size() % 2 == 0) shard_sizes.push_back(g_world->size() / 2);
+  for (int mics : shard_sizes) {
+    SCOPED_TRACE("mics_shard_size " + std::to_string(mics));
+    TrainConfig c;
+    c.optimizer.present = true;
+    c.optimizer.type = OptimizerType::AdamW;
+    c.optimizer.lr = 1e-3;
+    c.steps_per_print = 0;
+    c.zero.stage = 3;
+    c.zero.stage3_param_persistence_threshold = 0;
+    c.zero.zero_quantized_weights = true;
+    c.zero.zero_quantized_nontrainable_weights = true;
+    c.zero.mics_shard_size = mics;
+    c.world_size = g_world->size();
+    c.train_batch_size = g_world->size();
+    std::shared_ptr<Comm> comm;
+    ASSERT_TRUE(g_world->split(0, g_world->rank(), &comm).ok());
+    std::unique_ptr<Engine> engine;
+    Status s = Engine::create(c, comm, &engine);
+    ASSERT_TRUE(s.ok()) << s.message();
+    const int64_t shape[2] = {64, 100}, frozen_shape[2] = {50, 30};
+    std::vector<float> init(6400), frozen(1500);
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.0f, 0.02f);
+    for (float &x : init) x = normal(rng);
+    for (float &x : frozen) x = normal(rng);
+    ASSERT_TRUE(engine->add_param("w", shape, 2, init.data(), nullptr).ok());
+    ASSERT_TRUE(engine->add_frozen_param("base", frozen_shape, 2, frozen.data(), nullptr).ok());
+    s = engine->build();
+    ASSERT_TRUE(s.ok()) << s.message();
+    auto check = [](const float *got, const std::vector<float> &want, const char *what) {
+      float absmax = 0;
+      for (float x : want) absmax = std::max(absmax, std::fabs(x));
+      size_t differ = 0, outside = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        if (got[i] != want[i]) ++differ;
+        if (!(std::fabs(got[i] - want[i]) <= absmax / 127.0f)) ++outside;
+      }
+      EXPECT_EQ(outside, 0u) << what;
+      EXPECT_GT(differ, want.size() / 2) << what << ": the gather was not quantized";
+    };
+    EXPECT_EQ(engine->device().type(), GetParam() == "cuda" ? DSRT_DEVICE_CUDA : DSRT_DEVICE_CPU);
+    void *data = nullptr;
+    std::vector<float> got(init.size()), frozen_got(frozen.size());
+    ASSERT_TRUE(engine->acquire(0, &data, nullptr).ok());
+    download(*td_.device, data, got.data(), got.size() * sizeof(float));
+    check(got.data(), init, "trainable");
+    ASSERT_TRUE(engine->release(0).ok());
+    ASSERT_TRUE(engine->frozen_acquire(0, &data, nullptr).ok());
+    download(*td_.device, data, frozen_got.data(), frozen_got.size() * sizeof(float));
+    check(frozen_got.data(), frozen, "frozen");
+    ASSERT_TRUE(engine->frozen_release(0).ok());
+    std::vector<float> back(6400), frozen_back(1500);
+    ASSERT_TRUE(engine->read_fp32(0, back.data(), back.size()).ok());
+    EXPECT_EQ(back, init);
+    ASSERT_TRUE(engine->frozen_read_fp32(0, frozen_back.data(), frozen_back.size()).ok());
+    EXPECT_EQ(frozen_back, frozen);
+  }
 }
 
 // One SGD step of an engine with qgZ (int4; a quantized matrix and a raw 1-D tensor) and of the
