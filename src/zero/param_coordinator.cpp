@@ -280,7 +280,7 @@ void ParamCoordinator::drop_reads() {
 
 void ParamCoordinator::set_shard_source(void *shards, ShardSource *source) {
   if (shards != nullptr) drop_reads();
-  if (shards != nullptr) drop_secondaries();  // the shards are about to be rewritten
+  if (shards != nullptr) drop_secondaries(false);  // the trainable shards are about to be rewritten
   shards_ = shards;
   source_ = source;
 }
@@ -419,7 +419,7 @@ Status ParamCoordinator::set_secondary_group(Comm *group) {
   if (group != nullptr && (group->size() < 1 || comm_->size() % group->size() != 0))
     return Error(DSRT_ERR_CONFIG, "hpZ: a group of %d ranks does not divide the world of %d", group->size(),
                  comm_->size());
-  drop_secondaries();
+  drop_secondaries(true);
   secondary_comm_ = group != nullptr && group->size() > 1 ? group : nullptr;
   return Status::Ok();
 }
@@ -444,9 +444,9 @@ Status ParamCoordinator::make_secondary(size_t t) {
   return status.with_context(Format("cutting the hpZ secondary partition of '%s'", names_[t].c_str()));
 }
 
-void ParamCoordinator::drop_secondaries() {
+void ParamCoordinator::drop_secondaries(bool frozen_too) {
   for (TensorState &ts : tensors_) {
-    if (ts.secondary.empty()) continue;
+    if (ts.secondary.empty() || (ts.frozen && !frozen_too)) continue;
     if (ts.pending) {  // a gather may still read it (callers have none in flight; this is a guard)
       const size_t t = static_cast<size_t>(&ts - tensors_.data());
       Status status = wait_pending(t);
@@ -524,7 +524,9 @@ Status ParamCoordinator::end_micro_step() {
 }
 
 Status ParamCoordinator::refresh() {
-  drop_secondaries();  // the shards changed: the next gathers go over the world again
+  // The trainable shards changed: their next gathers go over the world again. A frozen entry's
+  // secondary partition stays valid (the step never rewrites it; regather drops its own).
+  drop_secondaries(false);
   for (size_t t = 0; t < tensors_.size(); ++t)
     if (!tensors_[t].frozen && !tensors_[t].gathered.empty()) DSRT_RETURN_IF_ERROR(gather(t, true));
   for (size_t t = 0; t < tensors_.size(); ++t) DSRT_RETURN_IF_ERROR(wait_pending(t));

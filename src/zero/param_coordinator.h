@@ -202,7 +202,8 @@ class ParamCoordinator {
   void free_gathered(size_t t);
   Status check_agreement();
   Status make_secondary(size_t t);
-  void drop_secondaries();
+  // Frees the hpZ secondary partitions: the trainable entries' only, or the frozen ones' too.
+  void drop_secondaries(bool frozen_too);
   int64_t secondary_elems(size_t t) const;
 
   const Partitioning *part_ = nullptr;
