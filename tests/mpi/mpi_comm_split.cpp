@@ -5,10 +5,6 @@
 // against their definitions in comm.h; a bad color failing on every rank; comm_split_by_node with
 // DSRT_RANKS_PER_NODE and by host name.
 #include <gtest/gtest.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -23,7 +19,7 @@
 #include "device/device.h"
 #include "util/half.h"
 #ifdef DSRT_HAVE_GLOO
-#include "comm/gloo/gloo_comm.h"
+#include "gloo_test_comm.h"
 #endif
 #include "mpi_test_main.h"
 
@@ -33,29 +29,7 @@ namespace {
 std::shared_ptr<Comm> g_world;
 
 #ifdef DSRT_HAVE_GLOO
-std::shared_ptr<Comm> make_tcp() {
-  uint64_t port = 0;
-  if (g_world->rank() == 0) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr), 0);
-    EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len), 0);
-    ::close(fd);
-    port = ntohs(addr.sin_port);
-  }
-  EXPECT_TRUE(g_world->all_reduce_u64(&port, 1, ReduceOp::Max).ok());
-  RendezvousOptions options;
-  options.host = "127.0.0.1";
-  options.port = static_cast<int>(port);
-  options.timeout_s = 60;
-  std::shared_ptr<Comm> tcp;
-  Status status = tcp_comm_create(options, g_world->rank(), g_world->size(), &tcp);
-  EXPECT_TRUE(status.ok()) << status.message();
-  return tcp;
-}
+std::shared_ptr<Comm> make_tcp() { return make_gloo_over(*g_world); }
 #endif
 
 // The communicators under test: the MPI world, the host-staged communicator over it (on the CPU

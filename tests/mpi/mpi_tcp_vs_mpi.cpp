@@ -3,10 +3,6 @@
 // and uneven) and large all-reduces of every dtype and op give the same bits on both, and gathers
 // and broadcasts the same bytes; ZeRO stages 0-3 trained over each end with the same weights.
 #include <gtest/gtest.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <random>
@@ -14,7 +10,7 @@
 
 #include "../cpp/engine_test_util.h"
 #include "comm/comm.h"
-#include "comm/gloo/gloo_comm.h"
+#include "gloo_test_comm.h"
 #include "util/half.h"
 #include "mpi_test_main.h"
 
@@ -23,29 +19,7 @@ namespace {
 
 std::shared_ptr<Comm> g_world;
 
-std::shared_ptr<Comm> make_tcp() {
-  uint64_t port = 0;
-  if (g_world->rank() == 0) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr), 0);
-    EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len), 0);
-    ::close(fd);
-    port = ntohs(addr.sin_port);
-  }
-  EXPECT_TRUE(g_world->all_reduce_u64(&port, 1, ReduceOp::Max).ok());
-  RendezvousOptions options;
-  options.host = "127.0.0.1";
-  options.port = static_cast<int>(port);
-  options.timeout_s = 60;
-  std::shared_ptr<Comm> tcp;
-  Status status = tcp_comm_create(options, g_world->rank(), g_world->size(), &tcp);
-  EXPECT_TRUE(status.ok()) << status.message();
-  return tcp;
-}
+std::shared_ptr<Comm> make_tcp() { return make_gloo_over(*g_world); }
 
 std::vector<uint8_t> random_data(int rank, size_t count, dsrt_dtype dtype, unsigned salt) {
   std::mt19937 rng(7919u * static_cast<unsigned>(rank + 1) + salt);
