@@ -315,8 +315,9 @@ Status Engine::step_impl(dsrt_step_result *out) {
   {
     ScopedPhase phase(timers_, StepPhase::Norm);
     OptimizerBackend &backend = host_optimizer() || nvme_ ? *host_backend_ : *backend_;
-    DSRT_RETURN_IF_ERROR(backend.sum_squares(step_grads(), DSRT_F32, static_cast<size_t>(part_.partition_elems()),
-                                             static_cast<float>(unscale), &norm_sq, &nonfinite)
+    DSRT_RETURN_IF_ERROR((grad_swap_ ? nvme_grad_sum_squares(static_cast<float>(unscale), &norm_sq, &nonfinite)
+                                     : backend.sum_squares(step_grads(), DSRT_F32, static_cast<size_t>(part_.partition_elems()),
+                                                           static_cast<float>(unscale), &norm_sq, &nonfinite))
                              .with_context("step: the gradient norm"));
     if (part_.stage() > 0 && comm_->size() > 1) {
       double values[2] = {nonfinite || !std::isfinite(norm_sq) ? 0.0 : norm_sq, nonfinite ? 1.0 : 0.0};
