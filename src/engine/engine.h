@@ -190,6 +190,9 @@ class Engine {
   // Stage 3 with offload_optimizer "nvme" on the CPU device: the gradient partition is swapped too
   // (engine_nvme_grads.cpp); null otherwise. last_nvme_norm_pass(): the boundary's norm pass over it.
   GradSwap *nvme_grad_swap() const { return grad_swap_.get(); }
+  // Tests and benchmarks: before build, keep the gradient partition in memory under NVMe offload
+  // (the route before gradient swapping), to compare memory and step time against it.
+  Status set_nvme_gradient_swap(bool on);
   const SubGroupPipelineStats &last_nvme_norm_pass() const { return nvme_norm_stats_; }
   void *working_copy() const { return working_.data(); }  // nullptr between steps with offload_param
   bool param_offload() const { return param_source_ != nullptr; }     // offload_param "cpu" or "nvme"
@@ -369,6 +372,7 @@ class Engine {
   Status nvme_grads_build();
   void nvme_grad_reducer_options(ReducerOptions *options);
   Status nvme_grad_sum_squares(float scale, double *sum, bool *nonfinite);
+  bool nvme_gradient_swap_ = true;
   std::unique_ptr<GradSwap> grad_swap_;  // after nvme_: destroyed first (it borrows nvme_'s store)
   SubGroupPipelineStats nvme_norm_stats_;
   // A boundary whose NVMe optimizer pass failed: the next step() call resumes it from

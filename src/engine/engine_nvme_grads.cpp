@@ -12,8 +12,14 @@ namespace dsrt {
 
 bool Engine::nvme_swaps_gradients() const {
   // On a GPU the partition is reduced in device memory and copied to host_grads_ (not swapped yet).
-  return part_.stage() == 3 && config_.zero.offload_optimizer.device == OffloadDevice::Nvme &&
+  return nvme_gradient_swap_ && part_.stage() == 3 && config_.zero.offload_optimizer.device == OffloadDevice::Nvme &&
          device_->type() == DSRT_DEVICE_CPU;
+}
+
+Status Engine::set_nvme_gradient_swap(bool on) {
+  if (built_) return Error(DSRT_ERR_STATE, "set_nvme_gradient_swap: call it before dsrt_engine_build");
+  nvme_gradient_swap_ = on;
+  return Status::Ok();
 }
 
 std::string Engine::nvme_grad_array(size_t group) const { return Format("g%zu.grad", group); }
