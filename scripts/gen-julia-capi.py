@@ -208,9 +208,9 @@ def emit_typedef(c, emit):
         emit("end")
         size = definition.type.get_size()
         offsets = [definition.type.get_offset(f.spelling) // 8 for f in fields]
-        emit(f"@assert sizeof({name}) == {size} && [fieldoffset({name}, i) for i in 1:fieldcount({name})] == "
-             f"[{', '.join(str(o) for o in offsets)}] \"{name}: the C layout (size {size}, offsets "
-             f"{', '.join(str(o) for o in offsets)}) differs on this platform\"")
+        listed = ", ".join(str(o) for o in offsets)
+        emit(f"@assert(sizeof({name}) == {size} && [fieldoffset({name}, i) for i in 1:fieldcount({name})] == [{listed}],")
+        emit(f"        \"{name}: the C layout (size {size}, offsets {listed}) differs on this platform\")")
         emit("")
     else:
         emit(f"const {name} = {jl_type(under, 'param' if under.kind == ci.TypeKind.POINTER else 'field')}")

@@ -95,7 +95,8 @@ struct dsrt_step_result
     lr::Float64
     loss_scale::Float64
 end
-@assert sizeof(dsrt_step_result) == 48 && [fieldoffset(dsrt_step_result, i) for i in 1:fieldcount(dsrt_step_result)] == [0, 8, 16, 20, 24, 32, 40] "dsrt_step_result: the C layout (size 48, offsets 0, 8, 16, 20, 24, 32, 40) differs on this platform"
+@assert(sizeof(dsrt_step_result) == 48 && [fieldoffset(dsrt_step_result, i) for i in 1:fieldcount(dsrt_step_result)] == [0, 8, 16, 20, 24, 32, 40],
+        "dsrt_step_result: the C layout (size 48, offsets 0, 8, 16, 20, 24, 32, 40) differs on this platform")
 
 dsrt_engine_step(engine, out) = ccall((:dsrt_engine_step, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Ptr{dsrt_step_result}), engine, out)
 dsrt_engine_global_step(engine, out) = ccall((:dsrt_engine_global_step, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Ptr{Int64}), engine, out)
@@ -117,7 +118,8 @@ struct dsrt_memory_stats
     optimizer_states::NTuple{3,UInt64}
     buffers::NTuple{3,UInt64}
 end
-@assert sizeof(dsrt_memory_stats) == 128 && [fieldoffset(dsrt_memory_stats, i) for i in 1:fieldcount(dsrt_memory_stats)] == [0, 8, 32, 56, 80, 104] "dsrt_memory_stats: the C layout (size 128, offsets 0, 8, 32, 56, 80, 104) differs on this platform"
+@assert(sizeof(dsrt_memory_stats) == 128 && [fieldoffset(dsrt_memory_stats, i) for i in 1:fieldcount(dsrt_memory_stats)] == [0, 8, 32, 56, 80, 104],
+        "dsrt_memory_stats: the C layout (size 128, offsets 0, 8, 32, 56, 80, 104) differs on this platform")
 
 dsrt_engine_memory(engine, out) = ccall((:dsrt_engine_memory, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Ptr{dsrt_memory_stats}), engine, out)
 dsrt_engine_report_loss(engine, loss) = ccall((:dsrt_engine_report_loss, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Float64), engine, loss)
@@ -138,7 +140,8 @@ struct dsrt_engine_options
     device_type::Int32
     device_index::Int32
 end
-@assert sizeof(dsrt_engine_options) == 16 && [fieldoffset(dsrt_engine_options, i) for i in 1:fieldcount(dsrt_engine_options)] == [0, 8, 12] "dsrt_engine_options: the C layout (size 16, offsets 0, 8, 12) differs on this platform"
+@assert(sizeof(dsrt_engine_options) == 16 && [fieldoffset(dsrt_engine_options, i) for i in 1:fieldcount(dsrt_engine_options)] == [0, 8, 12],
+        "dsrt_engine_options: the C layout (size 16, offsets 0, 8, 12) differs on this platform")
 
 dsrt_engine_create_with_options(config, comm, options, out) = ccall((:dsrt_engine_create_with_options, libdsrt), dsrt_status, (Ptr{dsrt_config}, Ptr{dsrt_comm}, Ptr{dsrt_engine_options}, Ptr{Ptr{dsrt_engine}}), config, comm, options, out)
 dsrt_engine_set_client_state(engine, data, size) = ccall((:dsrt_engine_set_client_state, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Ptr{Cvoid}, UInt64), engine, data, size)
