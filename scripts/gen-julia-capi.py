@@ -149,6 +149,14 @@ def generate(header):
             macros[c.spelling] = ("int", None)
     ints = macro_values(header, [n for n, (kind, _) in macros.items() if kind == "int"])
 
+    typedefed = set()
+    for c in cursors:
+        if c.kind == ci.CursorKind.TYPEDEF_DECL:
+            under = c.underlying_typedef_type
+            if under.kind == ci.TypeKind.ELABORATED:
+                under = under.get_named_type()
+            typedefed.add(under.get_declaration().canonical.hash)
+
     out = []
     emit = out.append
     functions = 0
@@ -165,10 +173,9 @@ def generate(header):
         elif k == ci.CursorKind.TYPEDEF_DECL:
             emit_typedef(c, emit)
         elif k in (ci.CursorKind.STRUCT_DECL, ci.CursorKind.ENUM_DECL):
-            # Declared through a typedef (handled there); a bare tag is not part of the ABI style.
-            if c.spelling and not any(t.kind == ci.CursorKind.TYPEDEF_DECL and t.spelling == c.spelling
-                                      for t in cursors):
-                raise Unmapped(f"{c.spelling}: a struct/enum tag without a typedef of the same name")
+            # Written where its typedef is; a struct/enum nobody typedefs is not part of the ABI style.
+            if c.canonical.hash not in typedefed:
+                raise Unmapped(f"{k} {c.spelling or '(anonymous)'} at line {c.location.line} without a typedef")
         elif k == ci.CursorKind.FUNCTION_DECL:
             emit_function(c, emit)
             functions += 1
