@@ -120,7 +120,7 @@ TEST(OffloadMemory, Stage3GradientPartitionLeavesHostMemory) {
               "MiB (fp32 gradient partition %.1f MiB)\n", in_memory, swapped, gradients);
   ASSERT_GT(in_memory, 0);
   ASSERT_GT(swapped, 0);
-  EXPECT_GT(in_memory - swapped, 0.75 * gradients);
+  EXPECT_GT(in_memory - swapped, 0.6 * gradients);  // the swap buffers grow by their gradient arrays
 }
 
 }  // namespace
