@@ -383,6 +383,18 @@ Status Engine::build_impl() {
     DSRT_RETURN_IF_ERROR(hpz_build());
     if (config_.zero.offload_param.device != OffloadDevice::None) DSRT_RETURN_IF_ERROR(param_offload_build());
   }
+  ZeroStageParts zp;
+  zp.partitioning = &part_;
+  zp.world = comm_.get();
+  zp.partition = part_comm_.get();
+  zp.replicas = replica_comm_.get();
+  zp.device = device_.get();
+  zp.reducer = &reducer_;
+  zp.coordinator = coordinator_.get();
+  zp.working = &working_;
+  zp.working_dtype = working_dtype();
+  zp.allgather_bucket_elems = config_.zero.allgather_bucket_size;
+  DSRT_RETURN_IF_ERROR(make_zero_stage(zp, &stage_));
   fix_step_lrs();
   built_ = true;
   timers_.reset();
@@ -641,11 +653,7 @@ Status Engine::refresh_working_copies_impl() {
                                          static_cast<size_t>(seg.count)));
   }
   DSRT_RETURN_IF_ERROR(backend_->synchronize());
-  if (part_.flat()) {
-    DSRT_RETURN_IF_ERROR(gather_working_partitions());
-    return order_host_after_engine();
-  }
-  DSRT_RETURN_IF_ERROR(coordinator_->refresh());
+  DSRT_RETURN_IF_ERROR(stage_->publish_working_copies());
   DSRT_RETURN_IF_ERROR(order_host_after_engine());
   return param_nvme_close();
 }
@@ -703,7 +711,7 @@ Status Engine::memory(dsrt_memory_stats *out) const {
       stats.buffers[dev] += group.reduce.scratch_bytes() + group.momentum.size() * sizeof(float);
     }
     stats.buffers[DSRT_LOC_HOST] += host_working_.bytes();
-    stats.buffers[dev] += reducer_.buffer_bytes() + gather_staging_.bytes();
+    stats.buffers[dev] += reducer_.buffer_bytes() + stage_->buffer_bytes();
     if (coordinator_) stats.buffers[dev] += coordinator_->cached_bytes();
   }
   *out = stats;  // whole; dsrt_engine_memory copies the caller's struct_size bytes
