@@ -16,7 +16,10 @@ Status agree_replicated_overflow(Comm &world, double *norm_sq, bool *nonfinite) 
 
 Status agree_partitioned_norm(Comm &world, Comm &partition, const Comm *replicas, double *norm_sq, bool *nonfinite) {
   if (world.size() == 1) return Status::Ok();
-  double values[2] = {*nonfinite || !std::isfinite(*norm_sq) ? 0.0 : *norm_sq, *nonfinite ? 1.0 : 0.0};
+  // A non-finite local norm counts as an overflow too, as at stage 0 (sum_squares sets *nonfinite
+  // for every non-finite gradient, so this only guards the contract).
+  const bool overflow = *nonfinite || !std::isfinite(*norm_sq);
+  double values[2] = {overflow ? 0.0 : *norm_sq, overflow ? 1.0 : 0.0};
   if (partition.size() > 1)
     DSRT_RETURN_IF_ERROR(partition.all_reduce_f64(values, 2, ReduceOp::Sum)
                              .with_context("step: all-reducing the gradient norm and overflow flag"));
