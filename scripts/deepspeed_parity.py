@@ -250,8 +250,10 @@ def run(engine_name, config_path, steps, out_path, resume_at=0, phase=0, checkpo
         times.append(time.perf_counter() - start)
         cpu_times.append(time.process_time() - cpu_start)
         lrs.append(float(engine.get_lr()[0]))
-        scales.append(float(engine.optimizer.loss_scale if engine_name == "deepspeed" and
-                            hasattr(engine.optimizer, "loss_scale") else getattr(engine, "loss_scale", 1.0)))
+        scale = (engine.optimizer.loss_scale if engine_name == "deepspeed" and
+                 hasattr(engine.optimizer, "loss_scale") else getattr(engine, "loss_scale", 1.0))
+        # DeepSpeed's stage-0 fp32 optimizer (clipping on) has a loss_scale method, not a scale: none.
+        scales.append(1.0 if callable(scale) else float(scale))
         group = optimizer.param_groups[0]
         moms.append(float(group["betas"][0]) if "betas" in group else float(group.get("momentum", 0.0)))
     if phase == 1:
