@@ -163,13 +163,12 @@ Status Engine::check_new_param(const char *what, const std::string &name, const 
 }
 
 Status Engine::add_param(const std::string &name, const int64_t *shape, int ndim, const float *init,
-                         dsrt_tensor **out) {
+                         size_t *index) {
   TensorInfo info;
   info.name = name;
   DSRT_RETURN_IF_ERROR(check_new_param("add_param", name, shape, ndim, init, &info.shape, &info.numel, &info.init));
   tensors_.push_back(std::move(info));
-  handles_.push_back(dsrt_tensor{this, tensors_.size() - 1, false});
-  if (out != nullptr) *out = &handles_.back();
+  if (index != nullptr) *index = tensors_.size() - 1;
   return Status::Ok();
 }
 

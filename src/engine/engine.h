@@ -31,7 +31,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,20 +56,6 @@
 #include "zero/partition.h"
 
 namespace dsrt {
-class Engine;
-}
-
-// The C handles. A dsrt_tensor is owned by its engine and names a tensor by index.
-struct dsrt_engine {
-  std::unique_ptr<dsrt::Engine> impl;
-};
-struct dsrt_tensor {
-  dsrt::Engine *engine = nullptr;
-  size_t index = 0;     // into the trainable registry, or into the frozen one when frozen
-  bool frozen = false;  // dsrt_engine_add_frozen_param (frozen_params.h)
-};
-
-namespace dsrt {
 
 struct EngineCounters {
   int64_t global_step = 0;    // boundaries so far, skipped included (DeepSpeed's global_steps)
@@ -89,7 +74,9 @@ class Engine {
   ~Engine();
 
   // --- life cycle (the C API's calls) ---
-  Status add_param(const std::string &name, const int64_t *shape, int ndim, const float *init, dsrt_tensor **out);
+  // *index (if not null): the new tensor's index in the trainable registry (the C API's handles
+  // name tensors by it: capi/handles.h).
+  Status add_param(const std::string &name, const int64_t *shape, int ndim, const float *init, size_t *index);
   Status build();
   Status acquire(size_t t, void **data, dsrt_dtype *dtype);
   Status release(size_t t);
@@ -135,9 +122,9 @@ class Engine {
   bool window_open() const;
 
   // --- frozen tensors (frozen_params.h): registered apart from the trainable ones; index i is
-  // the i-th frozen tensor. No gradient, master or optimizer state.
+  // the i-th frozen tensor (*index, if not null). No gradient, master or optimizer state.
   Status add_frozen_param(const std::string &name, const int64_t *shape, int ndim, const float *init,
-                          dsrt_tensor **out);
+                          size_t *index);
   Status frozen_acquire(size_t i, void **data, dsrt_dtype *dtype);
   Status frozen_release(size_t i);
   Status frozen_read_fp32(size_t i, float *out, uint64_t count);
@@ -147,7 +134,6 @@ class Engine {
   size_t num_frozen() const { return frozen_.size(); }
   const FrozenParams &frozen() const { return frozen_; }
   FrozenParams &mutable_frozen() { return frozen_; }  // checkpoint load, 16-bit model save
-  dsrt_tensor *frozen_handle(size_t i) { return &frozen_handles_[i]; }
 
   bool built() const { return built_; }
   double loss_scale() const { return scaler_.scale(); }
@@ -160,7 +146,6 @@ class Engine {
   const std::string &tensor_name(size_t t) const { return tensors_[t].name; }
   const std::vector<int64_t> &tensor_shape(size_t t) const { return tensors_[t].shape; }
   int64_t tensor_numel(size_t t) const { return tensors_[t].numel; }
-  dsrt_tensor *tensor_handle(size_t t) { return &handles_[t]; }
 
   // --- internals for checkpoints and offload (see the top of this file) ---
   const TrainConfig &config() const { return config_; }
@@ -407,9 +392,7 @@ class Engine {
   std::unique_ptr<OptimizerBackend> backend_;
   std::unique_ptr<OptimizerBackend> host_backend_;
   std::vector<TensorInfo> tensors_;
-  std::deque<dsrt_tensor> handles_;  // stable addresses
   FrozenParams frozen_;
-  std::deque<dsrt_tensor> frozen_handles_;
   // INVALID_ARGUMENT for a bad name (empty, or taken by a trainable or frozen tensor) or shape.
   Status check_new_param(const char *what, const std::string &name, const int64_t *shape, int ndim, const float *init,
                          std::vector<int64_t> *shape_out, int64_t *numel, std::vector<float> *init_out) const;
