@@ -1,33 +1,15 @@
 // engine.h -- the Engine: tensor registry, state buffers, and the training step for ZeRO 0-3.
 //
-// Internals reachable from other modules (checkpoints, offload, tools):
-//   partitioning()            which elements of which tensor every rank holds (zero/partition.h);
-//                             owned_segments(part_rank()) lists this rank's pieces and where they sit
-//                             (part_offset) in the partition buffers below.
-//   master_partition()        this rank's fp32 master weights, partitioning().partition_elems() long
-//                             (nullptr when they are kept in bf16: master_dtype())
-//   optimizer_state(i)        state array i < num_optimizer_states() (Adam: 0 = m, 1 = v), same layout
-//                             Both are nullptr when the optimizer is offloaded to NVMe
-//                             (nvme_offload()) or the states are in GPU memory; use
-//   read_partition_state() / write_partition_state()  (state -1 = master, i = optimizer_state(i)):
-//                             copy a range of this rank's partition out of / into the states,
-//                             wherever they live (memory or NVMe swap files)
+// The engine implements PartitionedState (zero/partitioned_state.h), the narrow view checkpoints
+// read and write: the partitioning, this rank's masters and optimizer states wherever they live,
+// the working copies, the frozen tensors, the counters and the scalars saved with them.
+// Internals reachable from other modules besides that view (offload, tools, tests):
 //   param_offload()           offload_param.device "cpu" or "nvme" (stage 3): working_copy() is
 //                             nullptr between steps; the shards are in pinned host memory or (nvme)
 //                             in param_nvme_swapper()'s store, one array per tensor; read one with
 //                             read_working_shard()
-//   working_copy()            the resident working copy (working_dtype()): the whole flat buffer at
-//                             stages 0-2 (tensor t at flat_layout().tensor_offset(t)), this rank's
-//                             shards at stage 3 (tensor t's shard at shard_offset(t))
-//   refresh_working_copies()  recompute every working copy from the masters (collective at ZeRO>=1);
-//                             call after writing master_partition() directly
-//   counters() / set_counters()   global step, applied and skipped steps, micro-step position
 //   loss_scaler() / mutable_loss_scaler()   LossScalerState through state()/set_state()
-//   scheduler_iteration() / set_scheduler_iteration()   the schedule's last_batch_iteration
-//   client_state() / set_client_state()     host bytes stored with checkpoints
 //   grad_reducer(), param_coordinator()  bucket and gather statistics (the latter only at stage 3)
-//   config(), comm(), tensor_name/shape/numel(t), num_tensors()
-// Setters are meant for loading a checkpoint into a built engine between steps.
 #pragma once
 
 #include <cstdint>
@@ -54,24 +36,20 @@
 #include "zero/grad_reducer.h"
 #include "zero/param_coordinator.h"
 #include "zero/partition.h"
+#include "zero/partitioned_state.h"
 
 namespace dsrt {
 
-struct EngineCounters {
-  int64_t global_step = 0;    // boundaries so far, skipped included (DeepSpeed's global_steps)
-  int64_t applied_steps = 0;  // optimizer updates applied (Adam's step count for bias correction)
-  int64_t skipped_steps = 0;
-  int64_t micro_step = 0;     // micro-steps taken since the last boundary
-};
+// EngineCounters: zero/step_counters.h.
 
-class Engine {
+class Engine final : public PartitionedState {
  public:
   // CONFIG / UNSUPPORTED for settings the engine cannot run.
   // device_spec: the host's device ("cpu", "cuda", "cuda:N"), named device_origin in messages;
   // nullptr: DSRT_DEVICE, else automatic (device_select.h).
   static Status create(const TrainConfig &config, std::shared_ptr<Comm> comm, std::unique_ptr<Engine> *out,
                        const char *device_spec = nullptr, const char *device_origin = nullptr);
-  ~Engine();
+  ~Engine() override;
 
   // --- life cycle (the C API's calls) ---
   // *index (if not null): the new tensor's index in the trainable registry (the C API's handles
@@ -98,7 +76,7 @@ class Engine {
   // --- parameter groups and host-driven hyperparameters (param_groups.h) ---
   Status add_group(int32_t *out);
   Status set_tensor_group(size_t t, int32_t group);
-  int32_t tensor_group(size_t t) const { return tensors_[t].group; }
+  int32_t tensor_group(size_t t) const override { return tensors_[t].group; }
   size_t num_groups() const { return groups_.size(); }
   // Set: before build, or between accumulation windows (STATE while a window is open).
   Status set_group_hyper(int32_t group, const char *name, double value);
@@ -131,47 +109,57 @@ class Engine {
   Status frozen_write_fp32(size_t i, const float *src, uint64_t count);
   // STATE naming the tensor: what (grad, grad_ready, set_group...) needs a trainable tensor.
   Status frozen_refuse(size_t i, const char *what) const;
-  size_t num_frozen() const { return frozen_.size(); }
+  size_t num_frozen() const override { return frozen_.size(); }
   const FrozenParams &frozen() const { return frozen_; }
   FrozenParams &mutable_frozen() { return frozen_; }  // checkpoint load, 16-bit model save
+  // The frozen tensors through the partitioned-state view.
+  const std::string &frozen_name(size_t i) const override { return frozen_.tensor(i).name; }
+  const std::vector<int64_t> &frozen_shape(size_t i) const override { return frozen_.tensor(i).shape; }
+  int64_t frozen_numel(size_t i) const override { return frozen_.tensor(i).numel; }
+  ElemRange frozen_owned(size_t i) const override { return frozen_.owned(i); }
+  Status read_frozen_fp32(size_t i, float *out) override { return frozen_.read_fp32(i, out); }
+  Status read_frozen_working(size_t i, std::vector<uint8_t> *out) override { return frozen_.read_working(i, out); }
+  Status write_frozen_owned_fp32(size_t i, const float *owned_values) override {
+    return frozen_.write_owned_fp32(i, owned_values);
+  }
 
-  bool built() const { return built_; }
+  bool built() const override { return built_; }
   double loss_scale() const { return scaler_.scale(); }
   double current_lr() const;
-  dsrt_dtype working_dtype() const { return config_.working_dtype(); }
-  const Device &device() const { return *device_; }
+  dsrt_dtype working_dtype() const override { return config_.working_dtype(); }
+  const Device &device() const override { return *device_; }
 
   // --- registry ---
-  size_t num_tensors() const { return tensors_.size(); }
-  const std::string &tensor_name(size_t t) const { return tensors_[t].name; }
-  const std::vector<int64_t> &tensor_shape(size_t t) const { return tensors_[t].shape; }
-  int64_t tensor_numel(size_t t) const { return tensors_[t].numel; }
+  size_t num_tensors() const override { return tensors_.size(); }
+  const std::string &tensor_name(size_t t) const override { return tensors_[t].name; }
+  const std::vector<int64_t> &tensor_shape(size_t t) const override { return tensors_[t].shape; }
+  int64_t tensor_numel(size_t t) const override { return tensors_[t].numel; }
 
   // --- internals for checkpoints and offload (see the top of this file) ---
-  const TrainConfig &config() const { return config_; }
-  Comm &comm() const { return *comm_; }
-  int rank() const { return comm_->rank(); }
+  const TrainConfig &config() const override { return config_; }
+  Comm &comm() const override { return *comm_; }
+  int rank() const override { return comm_->rank(); }
   int world_size() const { return comm_->size(); }
-  const Partitioning &partitioning() const { return part_; }
+  const Partitioning &partitioning() const override { return part_; }
   // nullptr also when the array is kept in bf16 (bf16_master_weights_and_grads /
   // bf16_optimizer_states): read_partition_state / write_partition_state convert to and from fp32.
-  float *master_partition() const {
+  float *master_partition() const override {
     return states_resident_on_host() && master_dtype_ == DSRT_F32 ? master_.as<float>() : nullptr;
   }
-  int num_optimizer_states() const { return num_states_; }
-  float *optimizer_state(int i) const {
+  int num_optimizer_states() const override { return num_states_; }
+  float *optimizer_state(int i) const override {
     return states_resident_on_host() && state_dtype_ == DSRT_F32 ? states_[i].as<float>() : nullptr;
   }
   // The storage dtype of the masters / optimizer states: fp32, or bf16 in DeepSpeed's lower-memory
   // bf16 mode (config bf16.bf16_master_weights_and_grads / bf16.bf16_optimizer_states).
   dsrt_dtype master_dtype() const { return master_dtype_; }
   dsrt_dtype state_dtype() const { return state_dtype_; }
-  Status read_partition_state(int state, size_t offset, size_t count, float *out);
-  Status write_partition_state(int state, size_t offset, size_t count, const float *src);
-  bool nvme_offload() const { return nvme_ != nullptr; }
+  Status read_partition_state(int state, size_t offset, size_t count, float *out) override;
+  Status write_partition_state(int state, size_t offset, size_t count, const float *src) override;
+  bool nvme_offload() const override { return nvme_ != nullptr; }
   NvmeSwapper *nvme_swapper() const { return nvme_.get(); }  // tests: fault injection, statistics
   const SubGroupPipelineStats &last_nvme_step() const { return nvme_stats_; }
-  void *working_copy() const { return working_.data(); }  // nullptr between steps with offload_param
+  void *working_copy() const override { return working_.data(); }  // nullptr between steps with offload_param
   bool param_offload() const { return param_source_ != nullptr; }     // offload_param "cpu" or "nvme"
   bool param_nvme_offload() const { return param_nvme_ != nullptr; }  // offload_param "nvme"
   NvmeSwapper *param_nvme_swapper() const { return param_nvme_.get(); }
@@ -186,16 +174,16 @@ class Engine {
   const Comm *hpz_group() const { return hpz_comm_.get(); }  // ZeRO++ hpZ group (null: off)
   // The ranks the state is partitioned over: the world, or with MiCS (mics_shard_size) this rank's
   // shard group. part_rank() indexes the partitioning (owned_segments); rank() stays the world's.
-  Comm &partition_comm() const { return *part_comm_; }
-  int part_rank() const { return part_comm_->rank(); }
-  int part_size() const { return part_comm_->size(); }
+  Comm &partition_comm() const override { return *part_comm_; }
+  int part_rank() const override { return part_comm_->rank(); }
+  int part_size() const override { return part_comm_->size(); }
   // MiCS: the ranks holding the same shard in every shard group (null: off). Replica 0 of each
   // shard (the first shard group) writes checkpoint shards.
   const Comm *replica_group() const { return replica_comm_.get(); }
-  int replica_index() const { return replica_comm_ ? replica_comm_->rank() : 0; }
-  Status refresh_working_copies();
-  const EngineCounters &counters() const { return counters_; }
-  void set_counters(const EngineCounters &counters) {
+  int replica_index() const override { return replica_comm_ ? replica_comm_->rank() : 0; }
+  Status refresh_working_copies() override;
+  const EngineCounters &counters() const override { return counters_; }
+  void set_counters(const EngineCounters &counters) override {
     counters_ = counters;
     step_lrs_valid_ = false;  // a loaded engine has not run a boundary yet
   }
@@ -224,18 +212,26 @@ class Engine {
     return g < onebit_.size() ? &onebit_[g].accumulator : nullptr;
   }
   const CompressedAllReduce *onebit_reduce(size_t g) const { return g < onebit_.size() ? &onebit_[g].reduce : nullptr; }
-  void onebit_reset_errors();
+  void onebit_reset_errors() override;
   const LossScaler &loss_scaler() const { return scaler_; }
   LossScaler &mutable_loss_scaler() { return scaler_; }
-  int64_t scheduler_iteration() const { return scheduler_->last_batch_iteration(); }
-  void set_scheduler_iteration(int64_t iteration) { scheduler_->set_last_batch_iteration(iteration); }
-  const std::vector<uint8_t> &client_state() const { return client_state_; }
-  void set_client_state(const void *data, uint64_t size);
+  LossScalerState scaler_state() const override { return scaler_.state(); }
+  bool scaler_dynamic() const override { return scaler_.dynamic(); }
+  void set_scaler_state(const LossScalerState &state) override { scaler_.set_state(state); }
+  // Parameter groups by name (engine_state_view.cpp).
+  size_t num_param_groups() const override { return groups_.size(); }
+  std::vector<GroupValues> group_values() const override;
+  Status check_group_values(const std::vector<GroupValues> &groups) const override;
+  Status set_group_values(const std::vector<GroupValues> &groups) override;
+  int64_t scheduler_iteration() const override { return scheduler_->last_batch_iteration(); }
+  void set_scheduler_iteration(int64_t iteration) override { scheduler_->set_last_batch_iteration(iteration); }
+  const std::vector<uint8_t> &client_state() const override { return client_state_; }
+  void set_client_state(const void *data, uint64_t size) override;
   // A checkpoint load that failed after it began changing the engine (a full swap disk half-way
   // through the NVMe states) leaves a mix of old and new values: every call then fails with
   // DSRT_ERR_STATE naming the failure, until a load succeeds. "" clears it (load_checkpoint only).
-  void set_load_failure(std::string message) { load_failure_ = std::move(message); }
-  const std::string &load_failure() const { return load_failure_; }
+  void set_load_failure(std::string message) override { load_failure_ = std::move(message); }
+  const std::string &load_failure() const override { return load_failure_; }
 
  private:
   Engine() = default;
@@ -363,7 +359,7 @@ class Engine {
  public:
   // This rank's working shard of t (shard_size elements, working dtype) into dst (host memory),
   // wherever it is (resident, kept in host memory, or on NVMe). Stage 3 only; for save_16bit_model.
-  Status read_working_shard(size_t t, void *dst);
+  Status read_working_shard(size_t t, void *dst) override;
   uint64_t param_nvme_shard_bytes() const;     // shards on NVMe
   uint64_t param_nvme_resident_bytes() const;  // shards in host memory ("cpu": all; "nvme": max_in_cpu)
 
