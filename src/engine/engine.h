@@ -29,6 +29,7 @@
 #include "monitor/monitor_csv.h"
 #include "monitor/monitor_events.h"
 #include "offload/nvme_swapper.h"
+#include "offload/state_store.h"
 #include "optim/cpu_optimizer.h"
 #include "optim/optimizer_backend.h"
 #include "util/status.h"
@@ -144,16 +145,16 @@ class Engine final : public PartitionedState {
   // nullptr also when the array is kept in bf16 (bf16_master_weights_and_grads /
   // bf16_optimizer_states): read_partition_state / write_partition_state convert to and from fp32.
   float *master_partition() const override {
-    return states_resident_on_host() && master_dtype_ == DSRT_F32 ? master_.as<float>() : nullptr;
+    return states_resident_on_host() && store_.master_dtype() == DSRT_F32 ? store_.buffer(-1).as<float>() : nullptr;
   }
   int num_optimizer_states() const override { return num_states_; }
   float *optimizer_state(int i) const override {
-    return states_resident_on_host() && state_dtype_ == DSRT_F32 ? states_[i].as<float>() : nullptr;
+    return states_resident_on_host() && store_.state_dtype() == DSRT_F32 ? store_.buffer(i).as<float>() : nullptr;
   }
   // The storage dtype of the masters / optimizer states: fp32, or bf16 in DeepSpeed's lower-memory
   // bf16 mode (config bf16.bf16_master_weights_and_grads / bf16.bf16_optimizer_states).
-  dsrt_dtype master_dtype() const { return master_dtype_; }
-  dsrt_dtype state_dtype() const { return state_dtype_; }
+  dsrt_dtype master_dtype() const { return store_.master_dtype(); }
+  dsrt_dtype state_dtype() const { return store_.state_dtype(); }
   Status read_partition_state(int state, size_t offset, size_t count, float *out) override;
   Status write_partition_state(int state, size_t offset, size_t count, const float *src) override;
   bool nvme_offload() const override { return nvme_ != nullptr; }
@@ -286,26 +287,21 @@ class Engine final : public PartitionedState {
   // reads and writes them in place (no copies), unless a test asked for the staged path
   // (set_host_staging_on_cpu) to run a GPU engine's code on a machine without one.
   bool stages_through_host() const {
-    // A partial offload (offload_optimizer.ratio < 1, offload_split_ > 0) keeps the staged route:
+    // A partial offload (offload_optimizer.ratio < 1, store_.split() > 0) keeps the staged route:
     // its device and host halves step at once from separate gradient and working buffers.
-    if (device_->type() == DSRT_DEVICE_CPU) return host_optimizer() && (host_staging_on_cpu_ || offload_split_ > 0);
+    if (device_->type() == DSRT_DEVICE_CPU) return host_optimizer() && (host_staging_on_cpu_ || store_.split() > 0);
     return config_.zero.offload_optimizer.device != OffloadDevice::None;
   }
   bool host_staging_on_cpu_ = false;
   // Masters and states resident in host-addressable memory (master_partition() is non-null).
   bool states_resident_on_host() const {
-    return !nvme_ && offload_split_ == 0 && (host_optimizer() || device_->type() == DSRT_DEVICE_CPU);
+    return !nvme_ && store_.split() == 0 && (host_optimizer() || device_->type() == DSRT_DEVICE_CPU);
   }
   // ZeRO-Offload++ (offload_optimizer.ratio < 1; engine_offload_split.cpp): partition elements
-  // [0, offload_split_) keep masters and states on the device (dev_master_, dev_states_), the rest
-  // in master_/states_ (host memory, indexed from offload_split_); 0 when everything is on the host.
+  // [0, split) keep masters and states on the device (store_.device_part), the rest in
+  // store_.buffer (host memory, indexed from the split); split 0 when everything is on the host.
   int64_t compute_offload_split() const;
-  float *state_at(int state, int64_t offset) const;  // state -1: master
-  Status split_state_copy(int state, size_t offset, size_t count, float *data, bool write);
   Status split_optimizer_update(float grad_scale);
-  int64_t offload_split_ = 0;
-  DeviceBuffer dev_master_;
-  DeviceBuffer dev_states_[2];
   // Ordering against the host's stream (set_stream): the engine's default stream waits for the
   // host's work so far; the host's stream waits for the engine's work so far. No-ops without a stream.
   Status order_after_host();
@@ -395,13 +391,8 @@ class Engine final : public PartitionedState {
   bool built_ = false;
 
   Partitioning part_;
-  DeviceBuffer master_;     // master_dtype_ elements
-  DeviceBuffer states_[2];  // state_dtype_ elements
-  dsrt_dtype master_dtype_ = DSRT_F32;
-  dsrt_dtype state_dtype_ = DSRT_F32;
-  // [offset, +count) of the master (state -1) or state i, in its storage dtype, to or from fp32
-  // host values (read_partition_state / write_partition_state without the checks).
-  Status copy_state(int state, size_t offset, size_t count, float *host, bool write);
+  // The masters and optimizer states in memory (offload/state_store.h; NVMe: nvme_ below).
+  StateStore store_;
   int num_states_ = 0;
   DeviceBuffer working_;
   DeviceBuffer lamb_update_;
