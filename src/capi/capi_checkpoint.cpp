@@ -5,6 +5,7 @@
 #include <string>
 
 #include "capi/guard.h"
+#include "capi/handles.h"
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/ckpt.h"
 #include "engine/engine.h"

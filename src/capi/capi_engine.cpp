@@ -27,6 +27,13 @@ Status tensor_of(const dsrt_tensor *handle, const char *function) {
 }
 
 }  // namespace
+
+dsrt_tensor *tensor_handle(dsrt_engine *engine, size_t index, bool frozen) {
+  std::deque<dsrt_tensor> &handles = frozen ? engine->frozen : engine->tensors;
+  while (handles.size() <= index) handles.push_back(dsrt_tensor{engine->impl.get(), handles.size(), frozen});
+  return &handles[index];
+}
+
 }  // namespace dsrt
 
 using dsrt::Engine;
@@ -112,7 +119,11 @@ DSRT_API dsrt_status dsrt_engine_add_param(dsrt_engine *engine, const char *name
     Engine *e = nullptr;
     DSRT_RETURN_IF_ERROR(dsrt::engine_of(engine, fn, &e));
     REQUIRE_ARG(name);
-    return e->add_param(name, shape, ndim, init, out);
+    size_t index = 0;
+    DSRT_RETURN_IF_ERROR(e->add_param(name, shape, ndim, init, &index));
+    dsrt_tensor *handle = dsrt::tensor_handle(engine, index, false);
+    if (out != nullptr) *out = handle;
+    return Status::Ok();
   });
 }
 
@@ -124,7 +135,11 @@ DSRT_API dsrt_status dsrt_engine_add_frozen_param(dsrt_engine *engine, const cha
     Engine *e = nullptr;
     DSRT_RETURN_IF_ERROR(dsrt::engine_of(engine, fn, &e));
     REQUIRE_ARG(name);
-    return e->add_frozen_param(name, shape, ndim, init, out);
+    size_t index = 0;
+    DSRT_RETURN_IF_ERROR(e->add_frozen_param(name, shape, ndim, init, &index));
+    dsrt_tensor *handle = dsrt::tensor_handle(engine, index, true);
+    if (out != nullptr) *out = handle;
+    return Status::Ok();
   });
 }
 
@@ -311,7 +326,7 @@ DSRT_API dsrt_tensor *dsrt_engine_tensor(dsrt_engine *engine, int64_t index) {
   if (engine == nullptr || !engine->impl || index < 0 ||
       static_cast<uint64_t>(index) >= engine->impl->num_tensors())
     return nullptr;
-  return engine->impl->tensor_handle(static_cast<size_t>(index));
+  return dsrt::tensor_handle(engine, static_cast<size_t>(index), false);
 }
 
 DSRT_API dsrt_status dsrt_engine_memory(const dsrt_engine *engine, dsrt_memory_stats *out) {

@@ -1,6 +1,7 @@
 // defines: the parameter-group, host-driven hyperparameter and accumulation-boundary entry points
 // (dsrt_engine_add_group ... dsrt_engine_set_scale_wrt_gas).
 #include "capi/guard.h"
+#include "capi/handles.h"
 #include "engine/engine.h"
 
 using dsrt::Engine;

@@ -1,5 +1,6 @@
 // defines: the dsrt_engine_* monitor entry points (report_loss, report_host_time, events).
 #include "capi/guard.h"
+#include "capi/handles.h"
 #include "engine/engine.h"
 #include "monitor/monitor_events.h"
 #include "capi/features.h"

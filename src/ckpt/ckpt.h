@@ -1,4 +1,4 @@
-// ckpt.h -- checkpoints of a built Engine: save, load (with resharding), and the gathered 16-bit
+// ckpt.h -- checkpoints of a built engine, through its partitioned-state view (zero/partitioned_state.h): save, load (with resharding), and the gathered 16-bit
 // model. docs/checkpoints.md describes the format, the atomicity argument and the resharding.
 //
 // Layout under dir:
@@ -13,17 +13,17 @@
 
 #include <string>
 
-#include "engine/engine.h"
+#include "zero/partitioned_state.h"
 #include "util/status.h"
 
 namespace dsrt {
 
 // Collective. tag "" gives "global_step<N>". STATE between accumulation boundaries.
-Status save_checkpoint(Engine &engine, const std::string &dir, const std::string &tag);
+Status save_checkpoint(PartitionedState &engine, const std::string &dir, const std::string &tag);
 // Collective. tag "" reads dir/latest. On failure nothing in the engine has changed.
-Status load_checkpoint(Engine &engine, const std::string &dir, const std::string &tag);
+Status load_checkpoint(PartitionedState &engine, const std::string &dir, const std::string &tag);
 // Collective: gathers the working weights; only writers write path (rank 0 unless node-local).
-Status save_16bit_model(Engine &engine, const std::string &path, bool write_here);
+Status save_16bit_model(PartitionedState &engine, const std::string &path, bool write_here);
 
 // The checkpoint folder of tag under dir (following a save interrupted between its two renames
 // on filesystems without RENAME_EXCHANGE); tag "" reads dir/latest.

@@ -7,23 +7,23 @@
 #include <vector>
 
 #include "ckpt/manifest.h"
-#include "engine/engine.h"
+#include "zero/partitioned_state.h"
 #include "util/status.h"
 
 namespace dsrt {
 
 // Collective (gathers each frozen tensor at stage 3); writers write dir/kFrozenFile (fsynced).
 // out: the manifest entries (filled on every rank).
-Status save_frozen(Engine &engine, const std::string &dir, bool write_here, std::vector<ManifestFrozen> *out);
+Status save_frozen(PartitionedState &engine, const std::string &dir, bool write_here, std::vector<ManifestFrozen> *out);
 // CHECKPOINT naming the tensor when a tensor is frozen on one side and trainable on the other,
 // or the frozen tensors differ (names, shapes, count); a checkpoint without any frozen tensor is
 // accepted (the engine's frozen tensors keep their values). Local.
-Status check_frozen(const Engine &engine, const Manifest &m, const std::string &path);
-// This rank's part of every frozen tensor (FrozenParams::owned), read from tag_dir and checked
+Status check_frozen(const PartitionedState &engine, const Manifest &m, const std::string &path);
+// This rank's part of every frozen tensor (frozen_owned), read from tag_dir and checked
 // against the manifest's checksums. Local.
-Status stage_frozen(const Engine &engine, const Manifest &m, const std::string &tag_dir,
+Status stage_frozen(const PartitionedState &engine, const Manifest &m, const std::string &tag_dir,
                     std::vector<std::vector<float>> *out);
 // Writes staged parts into the engine's frozen tensors.
-Status commit_frozen(Engine &engine, const std::vector<std::vector<float>> &staged);
+Status commit_frozen(PartitionedState &engine, const std::vector<std::vector<float>> &staged);
 
 }  // namespace dsrt

@@ -30,7 +30,13 @@ std::string shape_text(const std::vector<int64_t> &shape) {
   return s + "]";
 }
 
-Status check_same_model(const Engine &engine, const Manifest &m, const std::string &path) {
+std::vector<GroupValues> saved_group_values(const Manifest &m) {
+  std::vector<GroupValues> groups;
+  for (const ManifestGroup &g : m.groups) groups.push_back(g.values);
+  return groups;
+}
+
+Status check_same_model(const PartitionedState &engine, const Manifest &m, const std::string &path) {
   DSRT_RETURN_IF_ERROR(check_frozen(engine, m, path));
   if (m.tensors.size() != engine.num_tensors())
     return Error(DSRT_ERR_CHECKPOINT, "'%s' is from another model: it holds %zu tensors, the engine has %zu", path.c_str(),
@@ -42,11 +48,11 @@ Status check_same_model(const Engine &engine, const Manifest &m, const std::stri
                    engine.tensor_name(t).c_str(), shape_text(engine.tensor_shape(t)).c_str());
   if (!m.groups.empty()) {
     // Checkpoints saved before parameter groups existed hold no group information (all group 0).
-    if (m.groups.size() != engine.param_groups().size())
+    if (m.groups.size() != engine.num_param_groups())
       return Error(DSRT_ERR_CHECKPOINT,
                    "'%s' holds %zu parameter group(s) but this engine has %zu; add the same groups (and put the "
                    "same tensors in them) before build",
-                   path.c_str(), m.groups.size(), engine.param_groups().size());
+                   path.c_str(), m.groups.size(), engine.num_param_groups());
     for (size_t t = 0; t < m.tensors.size(); ++t)
       if (m.tensors[t].group != engine.tensor_group(t))
         return Error(DSRT_ERR_CHECKPOINT,
@@ -55,21 +61,8 @@ Status check_same_model(const Engine &engine, const Manifest &m, const std::stri
                      path.c_str(), m.tensors[t].name.c_str(), m.tensors[t].group, engine.tensor_group(t),
                      m.tensors[t].group);
     // The values are applied to a copy first, so that restoring them later cannot fail halfway.
-    ParamGroups trial = engine.param_groups();
-    for (size_t g = 0; g < m.groups.size(); ++g)
-      for (const auto &v : m.groups[g].values) {
-        bool known = false;
-        for (size_t i = 0; i < static_cast<size_t>(HyperName::Count); ++i)
-          if (v.first == hyper_name_text(static_cast<HyperName>(i))) {
-            known = true;
-            const Status s = trial.set_raw(g, static_cast<HyperName>(i), v.second);
-            if (!s.ok())
-              return Error(DSRT_ERR_CHECKPOINT, "'%s': parameter group %zu: %s", path.c_str(), g, s.message().c_str());
-          }
-        if (!known)
-          return Error(DSRT_ERR_CHECKPOINT, "'%s': parameter group %zu has an unknown value '%s'", path.c_str(), g,
-                       v.first.c_str());
-      }
+    const Status s = engine.check_group_values(saved_group_values(m));
+    if (!s.ok()) return Error(s.code(), "'%s': %s", path.c_str(), s.message().c_str());
   }
   if (m.num_streams() != 1 + static_cast<uint32_t>(engine.num_optimizer_states()))
     return Error(DSRT_ERR_CHECKPOINT, "'%s' holds %zu optimizer state(s) (%s) but this engine's optimizer keeps %d",
@@ -104,7 +97,7 @@ struct Staged {
   std::vector<std::vector<float>> frozen;  // this rank's part of each frozen tensor
 };
 
-Status stage(Engine &engine, const std::string &tag_dir, Staged *out) {
+Status stage(PartitionedState &engine, const std::string &tag_dir, Staged *out) {
   const std::string manifest_path = join_file_path(tag_dir, kManifestFile);
   DSRT_RETURN_IF_ERROR(read_manifest(tag_dir, &out->manifest));
   const Manifest &m = out->manifest;
@@ -161,7 +154,7 @@ Status stage(Engine &engine, const std::string &tag_dir, Staged *out) {
   return Status::Ok();
 }
 
-Status commit(Engine &engine, const Staged &staged) {
+Status commit(PartitionedState &engine, const Staged &staged) {
   if (engine.nvme_offload()) {
     // Into the swap files; a failure here (full disk) leaves some states replaced: load_checkpoint
     // then marks the engine unusable until a load succeeds.
@@ -196,30 +189,24 @@ Status commit(Engine &engine, const Staged &staged) {
   // DeepSpeed's OnebitAdam.load_state_dict drops them (so a load at any world size works); 0/1
   // Adam's accumulated update, learning-rate sums and interval policy restart with them.
   engine.onebit_reset_errors();
-  LossScaler &scaler = engine.mutable_loss_scaler();
-  if (scaler.dynamic() && m.scaler_dynamic) {
-    scaler.set_state(m.scaler);
-  } else if (scaler.dynamic() != m.scaler_dynamic) {
+  const bool dynamic = engine.scaler_dynamic();
+  if (dynamic && m.scaler_dynamic) {
+    engine.set_scaler_state(m.scaler);
+  } else if (dynamic != m.scaler_dynamic) {
     logf(DSRT_LOG_WARN, "load_checkpoint: the checkpoint was saved %s dynamic fp16 loss scaling and this engine runs "
          "%s it; the loss scale starts from the config", m.scaler_dynamic ? "with" : "without",
-         scaler.dynamic() ? "with" : "without");
+         dynamic ? "with" : "without");
   }
   engine.set_scheduler_iteration(m.scheduler_iteration);
   // The groups' hyperparameters as saved (torch's optimizer.load_state_dict restores param_groups too).
-  ParamGroups &groups = engine.mutable_param_groups();
-  for (size_t g = 0; g < m.groups.size(); ++g)
-    for (const auto &v : m.groups[g].values)
-      for (size_t i = 0; i < static_cast<size_t>(HyperName::Count); ++i)
-        if (v.first == hyper_name_text(static_cast<HyperName>(i)))
-          DSRT_RETURN_IF_ERROR(groups.set_raw(g, static_cast<HyperName>(i), v.second)
-                                   .with_context(Format("parameter group %zu of the checkpoint", g)));
+  DSRT_RETURN_IF_ERROR(engine.set_group_values(saved_group_values(m)));
   engine.set_client_state(staged.client_state.data(), staged.client_state.size());
   return commit_frozen(engine, staged.frozen);
 }
 
 }  // namespace
 
-Status load_checkpoint(Engine &engine, const std::string &dir, const std::string &tag_in) {
+Status load_checkpoint(PartitionedState &engine, const std::string &dir, const std::string &tag_in) {
   if (!engine.built())
     return Error(DSRT_ERR_STATE, "load_checkpoint: the engine is not built; add every tensor and call dsrt_engine_build first");
   if (dir.empty()) return Error(DSRT_ERR_INVALID_ARGUMENT, "load_checkpoint: the folder is empty");

@@ -2,7 +2,7 @@
 // folder; after all ranks agree, the leader writes the manifest and swaps the folder into place,
 // then updates latest. Any crash before the swap leaves the previous tag and latest untouched.
 // States not exposed as host memory (NVMe swap files, GPU memory) are streamed out through
-// Engine::read_partition_state in bounded chunks.
+// PartitionedState::read_partition_state in bounded chunks.
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -64,7 +64,7 @@ std::string hex_id(uint64_t id) {
 bool rank_writes(const Partitioning &part, int rank) { return part.stage() == 0 ? rank == 0 : true; }
 
 // as_rank: the shard this rank writes (its own, or rank 0's replicated one at stage 0).
-Status write_shard(Engine &engine, const std::string &path, int as_rank, uint64_t save_id, uint64_t block_bytes,
+Status write_shard(PartitionedState &engine, const std::string &path, int as_rank, uint64_t save_id, uint64_t block_bytes,
                    uint64_t *file_bytes, uint32_t *table_crc) {
   const Partitioning &part = engine.partitioning();
   const std::vector<OwnedSegment> segments = part.owned_segments(as_rank);
@@ -86,7 +86,7 @@ Status write_shard(Engine &engine, const std::string &path, int as_rank, uint64_
   };
   // A state the engine exposes as a host pointer (master_partition(), optimizer_state(i)) is
   // appended straight from it. Otherwise (NVMe swap files, or GPU memory) it is read through
-  // Engine::read_partition_state one block-sized chunk at a time, so a save never holds more than
+  // PartitionedState::read_partition_state one block-sized chunk at a time, so a save never holds more than
   // a chunk and the writer's block in memory.
   auto resident = [&engine](int state) -> const float * {
     if (checkpoint_test_hooks().states_without_host_pointer) return nullptr;
@@ -140,7 +140,7 @@ void remove_stale_folders(const std::string &dir) {
   }
 }
 
-Manifest build_manifest(const Engine &engine, const std::string &tag, uint64_t save_id, uint64_t block_bytes,
+Manifest build_manifest(const PartitionedState &engine, const std::string &tag, uint64_t save_id, uint64_t block_bytes,
                         const std::vector<uint64_t> &bytes, const std::vector<uint64_t> &crcs) {
   const TrainConfig &config = engine.config();
   const Partitioning &part = engine.partitioning();
@@ -155,8 +155,8 @@ Manifest build_manifest(const Engine &engine, const std::string &tag, uint64_t s
   m.block_bytes = block_bytes;
   m.node_local = config.checkpoint.use_node_local_storage;
   m.counters = engine.counters();
-  m.scaler = engine.loss_scaler().state();
-  m.scaler_dynamic = engine.loss_scaler().dynamic();
+  m.scaler = engine.scaler_state();
+  m.scaler_dynamic = engine.scaler_dynamic();
   m.scheduler_iteration = engine.scheduler_iteration();
   m.client_state_bytes = engine.client_state().size();
   m.client_state_crc = crc32c(0, engine.client_state().data(), engine.client_state().size());
@@ -164,11 +164,9 @@ Manifest build_manifest(const Engine &engine, const std::string &tag, uint64_t s
   m.config_json = config.effective_json.empty() ? "{}" : config.effective_json;
   for (size_t t = 0; t < engine.num_tensors(); ++t)
     m.tensors.push_back({engine.tensor_name(t), engine.tensor_shape(t), engine.tensor_numel(t), engine.tensor_group(t)});
-  for (size_t g = 0; g < engine.param_groups().size(); ++g) {
+  for (GroupValues &values : engine.group_values()) {
     ManifestGroup group;
-    for (size_t i = 0; i < static_cast<size_t>(HyperName::Count); ++i)
-      group.values.emplace_back(hyper_name_text(static_cast<HyperName>(i)),
-                                engine.param_groups().get_raw(g, static_cast<HyperName>(i)));
+    group.values = std::move(values);
     m.groups.push_back(std::move(group));
   }
   for (int r = 0; r < engine.part_size(); ++r) {
@@ -190,7 +188,7 @@ Manifest build_manifest(const Engine &engine, const std::string &tag, uint64_t s
 // latest.tmp) is written and fsynced first; then the folder swap and the rename of latest.tmp over
 // latest. If either of those fails, the swap is undone: the save fails with the previous tag and
 // latest as they were, and no temporary file left (the caller removes the temporary folder).
-Status publish(const Engine &engine, const std::string &dir, const std::string &temp_dir, const std::string &tag,
+Status publish(const PartitionedState &engine, const std::string &dir, const std::string &temp_dir, const std::string &tag,
                const Manifest &manifest) {
   const std::vector<uint8_t> &client = engine.client_state();
   DSRT_RETURN_IF_ERROR(write_file_synced(join_file_path(temp_dir, kClientStateFile), client.data(), client.size()));
@@ -232,7 +230,7 @@ Status publish(const Engine &engine, const std::string &dir, const std::string &
 
 }  // namespace
 
-Status save_checkpoint(Engine &engine, const std::string &dir, const std::string &tag_in) {
+Status save_checkpoint(PartitionedState &engine, const std::string &dir, const std::string &tag_in) {
   if (!engine.built())
     return Error(DSRT_ERR_STATE, "save_checkpoint: the engine is not built; call dsrt_engine_build first");
   if (dir.empty()) return Error(DSRT_ERR_INVALID_ARGUMENT, "save_checkpoint: the folder is empty");

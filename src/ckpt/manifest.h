@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/engine.h"
+#include "zero/step_counters.h"
 #include "util/status.h"
 
 namespace dsrt {

@@ -11,7 +11,7 @@ namespace dsrt {
 namespace {
 
 // The full working copy of tensor t into out (numel * dtype bytes). Collective at stage 3.
-Status gather_working_tensor(Engine &engine, size_t t, std::vector<uint8_t> *out) {
+Status gather_working_tensor(PartitionedState &engine, size_t t, std::vector<uint8_t> *out) {
   const Partitioning &part = engine.partitioning();
   const dsrt_dtype dtype = engine.working_dtype();
   const size_t wsize = dtype_size(dtype);
@@ -53,7 +53,7 @@ Status gather_working_tensor(Engine &engine, size_t t, std::vector<uint8_t> *out
 
 }  // namespace
 
-Status save_16bit_model(Engine &engine, const std::string &path, bool write_here) {
+Status save_16bit_model(PartitionedState &engine, const std::string &path, bool write_here) {
   if (!engine.built())
     return Error(DSRT_ERR_STATE, "save_16bit_model: the engine is not built; call dsrt_engine_build first");
   if (path.empty()) return Error(DSRT_ERR_INVALID_ARGUMENT, "save_16bit_model: the path is empty");
@@ -63,9 +63,8 @@ Status save_16bit_model(Engine &engine, const std::string &path, bool write_here
   std::vector<SafetensorsEntry> entries;
   for (size_t t = 0; t < engine.num_tensors(); ++t)
     entries.push_back({engine.tensor_name(t), engine.tensor_shape(t), engine.working_dtype()});
-  FrozenParams &frozen = engine.mutable_frozen();  // frozen tensors after the trainable ones
-  for (size_t i = 0; i < frozen.size(); ++i)
-    entries.push_back({frozen.tensor(i).name, frozen.tensor(i).shape, engine.working_dtype()});
+  for (size_t i = 0; i < engine.num_frozen(); ++i)  // frozen tensors after the trainable ones
+    entries.push_back({engine.frozen_name(i), engine.frozen_shape(i), engine.working_dtype()});
   SafetensorsWriter writer;
   Status local;
   if (write_here)
@@ -79,9 +78,9 @@ Status save_16bit_model(Engine &engine, const std::string &path, bool write_here
                              .with_context("save_16bit_model: gathering '" + engine.tensor_name(t) + "'"));
     if (write_here && local.ok()) local = writer.append(buffer.data(), buffer.size());
   }
-  for (size_t i = 0; i < frozen.size(); ++i) {
-    DSRT_RETURN_IF_ERROR(frozen.read_working(i, &buffer)
-                             .with_context("save_16bit_model: gathering frozen tensor '" + frozen.tensor(i).name + "'"));
+  for (size_t i = 0; i < engine.num_frozen(); ++i) {
+    DSRT_RETURN_IF_ERROR(engine.read_frozen_working(i, &buffer)
+                             .with_context("save_16bit_model: gathering frozen tensor '" + engine.frozen_name(i) + "'"));
     if (write_here && local.ok()) local = writer.append(buffer.data(), buffer.size());
   }
   if (write_here && local.ok()) local = writer.finish();

@@ -33,8 +33,8 @@ Status Engine::create(const TrainConfig &config, std::shared_ptr<Comm> comm, std
   std::unique_ptr<Engine> engine(new Engine());
   engine->config_ = config;
   engine->config_.world_size = comm->size();
-  engine->master_dtype_ = config.bf16_master_weights ? DSRT_BF16 : DSRT_F32;
-  engine->state_dtype_ = config.bf16_optimizer_states ? DSRT_BF16 : DSRT_F32;
+  engine->store_.set_dtypes(config.bf16_master_weights ? DSRT_BF16 : DSRT_F32,
+                            config.bf16_optimizer_states ? DSRT_BF16 : DSRT_F32);
   DeviceChoice choice;
   DSRT_RETURN_IF_ERROR(device_select_spec(device_spec, device_origin, device_local_rank(comm->rank()), &engine->device_,
                                           &choice)
@@ -149,13 +149,12 @@ Status Engine::check_new_param(const char *what, const std::string &name, const 
 }
 
 Status Engine::add_param(const std::string &name, const int64_t *shape, int ndim, const float *init,
-                         dsrt_tensor **out) {
+                         size_t *index) {
   TensorInfo info;
   info.name = name;
   DSRT_RETURN_IF_ERROR(check_new_param("add_param", name, shape, ndim, init, &info.shape, &info.numel, &info.init));
   tensors_.push_back(std::move(info));
-  handles_.push_back(dsrt_tensor{this, tensors_.size() - 1, false});
-  if (out != nullptr) *out = &handles_.back();
+  if (index != nullptr) *index = tensors_.size() - 1;
   return Status::Ok();
 }
 
@@ -169,10 +168,11 @@ Status Engine::allocate_states() {
   // the CPU optimizer and host-side reads touch them, so they are page-locked only when
   // offload_optimizer.pin_memory asks (DeepSpeed's meaning). The transfer staging below is always pinned.
   const bool on_host = host_optimizer();
-  // offload_optimizer.ratio < 1: the first offload_split_ elements stay on the device (fp32 masters
+  // offload_optimizer.ratio < 1: the first store_.split() elements stay on the device (fp32 masters
   // only: the bf16 master mode refuses a ratio below 1, so a split never meets bf16 storage).
-  offload_split_ = compute_offload_split();
-  const size_t split = static_cast<size_t>(offload_split_);
+  store_.set_device(device_.get(), on_host);
+  store_.set_split(compute_offload_split());
+  const size_t split = static_cast<size_t>(store_.split());
   auto allocate_state = [&](DeviceBuffer *out, dsrt_dtype dtype, const char *what) {
     const Status s = on_host ? allocate_offloaded((part - split) * dtype_size(dtype), config_.zero.offload_optimizer, out)
                              : device_->allocate(part * dtype_size(dtype), out);
@@ -185,30 +185,30 @@ Status Engine::allocate_states() {
       DSRT_RETURN_IF_ERROR(device_->copy(buffer->data(), filled.data(), n * sizeof(float), nullptr));
       return device_->synchronize(nullptr);
     };
-    DSRT_RETURN_IF_ERROR(device_->allocate(split * sizeof(float), &dev_master_)
+    DSRT_RETURN_IF_ERROR(device_->allocate(split * sizeof(float), &store_.device_part(-1))
                              .with_context("allocating the device part of the fp32 master weights (offload_optimizer.ratio)"));
     for (int i = 0; i < num_states_; ++i) {
-      DSRT_RETURN_IF_ERROR(device_->allocate(split * sizeof(float), &dev_states_[i])
+      DSRT_RETURN_IF_ERROR(device_->allocate(split * sizeof(float), &store_.device_part(i))
                                .with_context("allocating the device part of the optimizer states (offload_optimizer.ratio)"));
-      DSRT_RETURN_IF_ERROR(fill_device(&dev_states_[i], split, optimizer_state_initial_value(config_.optimizer, i)));
+      DSRT_RETURN_IF_ERROR(fill_device(&store_.device_part(i), split, optimizer_state_initial_value(config_.optimizer, i)));
     }
   }
   // ratio 0: nothing is left for the host.
   const bool host_part = !on_nvme && !(on_host && split == part);
   if (host_part)
-    DSRT_RETURN_IF_ERROR(allocate_state(&master_, master_dtype_,
-                                        master_dtype_ == DSRT_F32 ? "allocating fp32 master weights"
+    DSRT_RETURN_IF_ERROR(allocate_state(&store_.buffer(-1), store_.master_dtype(),
+                                        store_.master_dtype() == DSRT_F32 ? "allocating fp32 master weights"
                                                                   : "allocating bf16 master weights"));
   for (int i = 0; i < num_states_ && host_part; ++i) {
-    DSRT_RETURN_IF_ERROR(allocate_state(&states_[i], state_dtype_, "allocating optimizer states"));
+    DSRT_RETURN_IF_ERROR(allocate_state(&store_.buffer(i), store_.state_dtype(), "allocating optimizer states"));
     const float value = optimizer_state_initial_value(config_.optimizer, i);
     if (value == 0.0f) continue;
     if (split > 0) {
-      std::fill(states_[i].as<float>(), states_[i].as<float>() + (part - split), value);  // host, fp32
+      std::fill(store_.buffer(i).as<float>(), store_.buffer(i).as<float>() + (part - split), value);  // host, fp32
       continue;
     }
     const std::vector<float> filled(part, value);
-    DSRT_RETURN_IF_ERROR(copy_state(i, 0, part, const_cast<float *>(filled.data()), true));
+    DSRT_RETURN_IF_ERROR(store_.copy(i, 0, part, const_cast<float *>(filled.data()), true));
   }
   if (stages_through_host()) {
     DSRT_RETURN_IF_ERROR(device_->allocate_pinned(part * sizeof(float), &host_grads_)
@@ -253,36 +253,7 @@ Status Engine::read_partition_state(int state, size_t offset, size_t count, floa
   DSRT_RETURN_IF_ERROR(check_partition_range("read_partition_state", state, offset, count, out));
   if (count == 0) return Status::Ok();
   if (nvme_) return nvme_range(state, offset, count, out, false);
-  return split_state_copy(state, offset, count, out, false);
-}
-
-Status Engine::copy_state(int state, size_t offset, size_t count, float *host, bool write) {
-  if (count == 0) return Status::Ok();
-  const dsrt_dtype dtype = state < 0 ? master_dtype_ : state_dtype_;
-  const size_t esize = dtype_size(dtype);
-  char *base = static_cast<char *>(state < 0 ? master_.data() : states_[state].data()) + offset * esize;
-  if (dtype == DSRT_F32) {
-    DSRT_RETURN_IF_ERROR(write ? device_->copy(base, host, count * sizeof(float), nullptr)
-                               : device_->copy(host, base, count * sizeof(float), nullptr));
-    return device_->synchronize(nullptr);
-  }
-  // bf16 storage: fp32 values are rounded to the nearest bf16 on the way in (exact when they came
-  // from bf16), widened exactly on the way out.
-  if (device_->type() == DSRT_DEVICE_CPU || states_resident_on_host()) {
-    if (write) cpu_convert(host, DSRT_F32, base, dtype, count);
-    else cpu_convert(base, dtype, host, DSRT_F32, count);
-    return Status::Ok();
-  }
-  std::vector<uint16_t> staged(count);
-  if (write) {
-    cpu_convert(host, DSRT_F32, staged.data(), dtype, count);
-    DSRT_RETURN_IF_ERROR(device_->copy(base, staged.data(), count * esize, nullptr));
-    return device_->synchronize(nullptr);
-  }
-  DSRT_RETURN_IF_ERROR(device_->copy(staged.data(), base, count * esize, nullptr));
-  DSRT_RETURN_IF_ERROR(device_->synchronize(nullptr));
-  cpu_convert(staged.data(), dtype, host, DSRT_F32, count);
-  return Status::Ok();
+  return store_.copy(state, offset, count, out, false);
 }
 
 Status Engine::write_partition_state(int state, size_t offset, size_t count, const float *src) {
@@ -291,7 +262,7 @@ Status Engine::write_partition_state(int state, size_t offset, size_t count, con
   DSRT_RETURN_IF_ERROR(check_partition_range("write_partition_state", state, offset, count, src));
   if (count == 0) return Status::Ok();
   if (nvme_) return nvme_range(state, offset, count, const_cast<float *>(src), true);
-  return split_state_copy(state, offset, count, const_cast<float *>(src), true);
+  return store_.copy(state, offset, count, const_cast<float *>(src), true);
 }
 
 void Engine::set_client_state(const void *data, uint64_t size) {
@@ -327,8 +298,8 @@ Status Engine::memory(dsrt_memory_stats *out) const {
       const uint64_t elems = static_cast<uint64_t>(part_.partition_elems());
       stats.gradients[DSRT_LOC_HOST] += reducer_.accumulator_bytes();
       if (grad_swap_) stats.gradients[DSRT_LOC_NVME] += grad_swap_->bytes_on_disk();
-      stats.master_params[DSRT_LOC_NVME] += elems * dtype_size(master_dtype_);
-      stats.optimizer_states[DSRT_LOC_NVME] += elems * dtype_size(state_dtype_) * static_cast<uint64_t>(num_states_);
+      stats.master_params[DSRT_LOC_NVME] += elems * dtype_size(store_.master_dtype());
+      stats.optimizer_states[DSRT_LOC_NVME] += elems * dtype_size(store_.state_dtype()) * static_cast<uint64_t>(num_states_);
       stats.buffers[DSRT_LOC_HOST] += nvme_->host_bytes();
     } else {
       // Offloaded: the reduced partition stays on the device (the reducer's accumulator) and its
@@ -336,11 +307,11 @@ Status Engine::memory(dsrt_memory_stats *out) const {
       const int opt_loc = host_optimizer() ? DSRT_LOC_HOST : dev;
       stats.gradients[dev] += reducer_.accumulator_bytes();
       stats.gradients[DSRT_LOC_HOST] += host_grads_.bytes();
-      stats.master_params[opt_loc] += master_.bytes();
-      for (int i = 0; i < num_states_; ++i) stats.optimizer_states[opt_loc] += states_[i].bytes();
+      stats.master_params[opt_loc] += store_.buffer(-1).bytes();
+      for (int i = 0; i < num_states_; ++i) stats.optimizer_states[opt_loc] += store_.buffer(i).bytes();
       // offload_optimizer.ratio < 1: the device part of the masters and states.
-      stats.master_params[dev] += dev_master_.bytes();
-      for (int i = 0; i < num_states_; ++i) stats.optimizer_states[dev] += dev_states_[i].bytes();
+      stats.master_params[dev] += store_.device_part(-1).bytes();
+      for (int i = 0; i < num_states_; ++i) stats.optimizer_states[dev] += store_.device_part(i).bytes();
     }
     stats.buffers[host_optimizer() ? DSRT_LOC_HOST : dev] += lamb_update_.bytes();
     for (const OneBitGroup &group : onebit_) {  // 1-bit Adam: host memory (the CPU device only)

@@ -1,37 +1,18 @@
 // engine.h -- the Engine: tensor registry, state buffers, and the training step for ZeRO 0-3.
 //
-// Internals reachable from other modules (checkpoints, offload, tools):
-//   partitioning()            which elements of which tensor every rank holds (zero/partition.h);
-//                             owned_segments(part_rank()) lists this rank's pieces and where they sit
-//                             (part_offset) in the partition buffers below.
-//   master_partition()        this rank's fp32 master weights, partitioning().partition_elems() long
-//                             (nullptr when they are kept in bf16: master_dtype())
-//   optimizer_state(i)        state array i < num_optimizer_states() (Adam: 0 = m, 1 = v), same layout
-//                             Both are nullptr when the optimizer is offloaded to NVMe
-//                             (nvme_offload()) or the states are in GPU memory; use
-//   read_partition_state() / write_partition_state()  (state -1 = master, i = optimizer_state(i)):
-//                             copy a range of this rank's partition out of / into the states,
-//                             wherever they live (memory or NVMe swap files)
+// The engine implements PartitionedState (zero/partitioned_state.h), the narrow view checkpoints
+// read and write: the partitioning, this rank's masters and optimizer states wherever they live,
+// the working copies, the frozen tensors, the counters and the scalars saved with them.
+// Internals reachable from other modules besides that view (offload, tools, tests):
 //   param_offload()           offload_param.device "cpu" or "nvme" (stage 3): working_copy() is
 //                             nullptr between steps; the shards are in pinned host memory or (nvme)
 //                             in param_nvme_swapper()'s store, one array per tensor; read one with
 //                             read_working_shard()
-//   working_copy()            the resident working copy (working_dtype()): the whole flat buffer at
-//                             stages 0-2 (tensor t at flat_layout().tensor_offset(t)), this rank's
-//                             shards at stage 3 (tensor t's shard at shard_offset(t))
-//   refresh_working_copies()  recompute every working copy from the masters (collective at ZeRO>=1);
-//                             call after writing master_partition() directly
-//   counters() / set_counters()   global step, applied and skipped steps, micro-step position
 //   loss_scaler() / mutable_loss_scaler()   LossScalerState through state()/set_state()
-//   scheduler_iteration() / set_scheduler_iteration()   the schedule's last_batch_iteration
-//   client_state() / set_client_state()     host bytes stored with checkpoints
 //   grad_reducer(), param_coordinator()  bucket and gather statistics (the latter only at stage 3)
-//   config(), comm(), tensor_name/shape/numel(t), num_tensors()
-// Setters are meant for loading a checkpoint into a built engine between steps.
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +30,7 @@
 #include "monitor/monitor_events.h"
 #include "offload/grad_swap.h"
 #include "offload/nvme_swapper.h"
+#include "offload/state_store.h"
 #include "optim/cpu_optimizer.h"
 #include "optim/optimizer_backend.h"
 #include "util/status.h"
@@ -56,42 +38,26 @@
 #include "zero/grad_reducer.h"
 #include "zero/param_coordinator.h"
 #include "zero/partition.h"
+#include "zero/partitioned_state.h"
 #include "zero/zero_stage.h"
 
 namespace dsrt {
-class Engine;
-}
 
-// The C handles. A dsrt_tensor is owned by its engine and names a tensor by index.
-struct dsrt_engine {
-  std::unique_ptr<dsrt::Engine> impl;
-};
-struct dsrt_tensor {
-  dsrt::Engine *engine = nullptr;
-  size_t index = 0;     // into the trainable registry, or into the frozen one when frozen
-  bool frozen = false;  // dsrt_engine_add_frozen_param (frozen_params.h)
-};
+// EngineCounters: zero/step_counters.h.
 
-namespace dsrt {
-
-struct EngineCounters {
-  int64_t global_step = 0;    // boundaries so far, skipped included (DeepSpeed's global_steps)
-  int64_t applied_steps = 0;  // optimizer updates applied (Adam's step count for bias correction)
-  int64_t skipped_steps = 0;
-  int64_t micro_step = 0;     // micro-steps taken since the last boundary
-};
-
-class Engine {
+class Engine final : public PartitionedState {
  public:
   // CONFIG / UNSUPPORTED for settings the engine cannot run.
   // device_spec: the host's device ("cpu", "cuda", "cuda:N"), named device_origin in messages;
   // nullptr: DSRT_DEVICE, else automatic (device_select.h).
   static Status create(const TrainConfig &config, std::shared_ptr<Comm> comm, std::unique_ptr<Engine> *out,
                        const char *device_spec = nullptr, const char *device_origin = nullptr);
-  ~Engine();
+  ~Engine() override;
 
   // --- life cycle (the C API's calls) ---
-  Status add_param(const std::string &name, const int64_t *shape, int ndim, const float *init, dsrt_tensor **out);
+  // *index (if not null): the new tensor's index in the trainable registry (the C API's handles
+  // name tensors by it: capi/handles.h).
+  Status add_param(const std::string &name, const int64_t *shape, int ndim, const float *init, size_t *index);
   Status build();
   Status acquire(size_t t, void **data, dsrt_dtype *dtype);
   Status release(size_t t);
@@ -113,7 +79,7 @@ class Engine {
   // --- parameter groups and host-driven hyperparameters (param_groups.h) ---
   Status add_group(int32_t *out);
   Status set_tensor_group(size_t t, int32_t group);
-  int32_t tensor_group(size_t t) const { return tensors_[t].group; }
+  int32_t tensor_group(size_t t) const override { return tensors_[t].group; }
   size_t num_groups() const { return groups_.size(); }
   // Set: before build, or between accumulation windows (STATE while a window is open).
   Status set_group_hyper(int32_t group, const char *name, double value);
@@ -137,55 +103,63 @@ class Engine {
   bool window_open() const;
 
   // --- frozen tensors (frozen_params.h): registered apart from the trainable ones; index i is
-  // the i-th frozen tensor. No gradient, master or optimizer state.
+  // the i-th frozen tensor (*index, if not null). No gradient, master or optimizer state.
   Status add_frozen_param(const std::string &name, const int64_t *shape, int ndim, const float *init,
-                          dsrt_tensor **out);
+                          size_t *index);
   Status frozen_acquire(size_t i, void **data, dsrt_dtype *dtype);
   Status frozen_release(size_t i);
   Status frozen_read_fp32(size_t i, float *out, uint64_t count);
   Status frozen_write_fp32(size_t i, const float *src, uint64_t count);
   // STATE naming the tensor: what (grad, grad_ready, set_group...) needs a trainable tensor.
   Status frozen_refuse(size_t i, const char *what) const;
-  size_t num_frozen() const { return frozen_.size(); }
+  size_t num_frozen() const override { return frozen_.size(); }
   const FrozenParams &frozen() const { return frozen_; }
   FrozenParams &mutable_frozen() { return frozen_; }  // checkpoint load, 16-bit model save
-  dsrt_tensor *frozen_handle(size_t i) { return &frozen_handles_[i]; }
+  // The frozen tensors through the partitioned-state view.
+  const std::string &frozen_name(size_t i) const override { return frozen_.tensor(i).name; }
+  const std::vector<int64_t> &frozen_shape(size_t i) const override { return frozen_.tensor(i).shape; }
+  int64_t frozen_numel(size_t i) const override { return frozen_.tensor(i).numel; }
+  ElemRange frozen_owned(size_t i) const override { return frozen_.owned(i); }
+  Status read_frozen_fp32(size_t i, float *out) override { return frozen_.read_fp32(i, out); }
+  Status read_frozen_working(size_t i, std::vector<uint8_t> *out) override { return frozen_.read_working(i, out); }
+  Status write_frozen_owned_fp32(size_t i, const float *owned_values) override {
+    return frozen_.write_owned_fp32(i, owned_values);
+  }
 
-  bool built() const { return built_; }
+  bool built() const override { return built_; }
   double loss_scale() const { return scaler_.scale(); }
   double current_lr() const;
-  dsrt_dtype working_dtype() const { return config_.working_dtype(); }
-  const Device &device() const { return *device_; }
+  dsrt_dtype working_dtype() const override { return config_.working_dtype(); }
+  const Device &device() const override { return *device_; }
 
   // --- registry ---
-  size_t num_tensors() const { return tensors_.size(); }
-  const std::string &tensor_name(size_t t) const { return tensors_[t].name; }
-  const std::vector<int64_t> &tensor_shape(size_t t) const { return tensors_[t].shape; }
-  int64_t tensor_numel(size_t t) const { return tensors_[t].numel; }
-  dsrt_tensor *tensor_handle(size_t t) { return &handles_[t]; }
+  size_t num_tensors() const override { return tensors_.size(); }
+  const std::string &tensor_name(size_t t) const override { return tensors_[t].name; }
+  const std::vector<int64_t> &tensor_shape(size_t t) const override { return tensors_[t].shape; }
+  int64_t tensor_numel(size_t t) const override { return tensors_[t].numel; }
 
   // --- internals for checkpoints and offload (see the top of this file) ---
-  const TrainConfig &config() const { return config_; }
-  Comm &comm() const { return *comm_; }
-  int rank() const { return comm_->rank(); }
+  const TrainConfig &config() const override { return config_; }
+  Comm &comm() const override { return *comm_; }
+  int rank() const override { return comm_->rank(); }
   int world_size() const { return comm_->size(); }
-  const Partitioning &partitioning() const { return part_; }
+  const Partitioning &partitioning() const override { return part_; }
   // nullptr also when the array is kept in bf16 (bf16_master_weights_and_grads /
   // bf16_optimizer_states): read_partition_state / write_partition_state convert to and from fp32.
-  float *master_partition() const {
-    return states_resident_on_host() && master_dtype_ == DSRT_F32 ? master_.as<float>() : nullptr;
+  float *master_partition() const override {
+    return states_resident_on_host() && store_.master_dtype() == DSRT_F32 ? store_.buffer(-1).as<float>() : nullptr;
   }
-  int num_optimizer_states() const { return num_states_; }
-  float *optimizer_state(int i) const {
-    return states_resident_on_host() && state_dtype_ == DSRT_F32 ? states_[i].as<float>() : nullptr;
+  int num_optimizer_states() const override { return num_states_; }
+  float *optimizer_state(int i) const override {
+    return states_resident_on_host() && store_.state_dtype() == DSRT_F32 ? store_.buffer(i).as<float>() : nullptr;
   }
   // The storage dtype of the masters / optimizer states: fp32, or bf16 in DeepSpeed's lower-memory
   // bf16 mode (config bf16.bf16_master_weights_and_grads / bf16.bf16_optimizer_states).
-  dsrt_dtype master_dtype() const { return master_dtype_; }
-  dsrt_dtype state_dtype() const { return state_dtype_; }
-  Status read_partition_state(int state, size_t offset, size_t count, float *out);
-  Status write_partition_state(int state, size_t offset, size_t count, const float *src);
-  bool nvme_offload() const { return nvme_ != nullptr; }
+  dsrt_dtype master_dtype() const { return store_.master_dtype(); }
+  dsrt_dtype state_dtype() const { return store_.state_dtype(); }
+  Status read_partition_state(int state, size_t offset, size_t count, float *out) override;
+  Status write_partition_state(int state, size_t offset, size_t count, const float *src) override;
+  bool nvme_offload() const override { return nvme_ != nullptr; }
   NvmeSwapper *nvme_swapper() const { return nvme_.get(); }  // tests: fault injection, statistics
   const SubGroupPipelineStats &last_nvme_step() const { return nvme_stats_; }
   // Stage 3 with offload_optimizer "nvme" on the CPU device: the gradient partition is swapped too
@@ -195,7 +169,7 @@ class Engine {
   // (the route before gradient swapping), to compare memory and step time against it.
   Status set_nvme_gradient_swap(bool on);
   const SubGroupPipelineStats &last_nvme_norm_pass() const { return nvme_norm_stats_; }
-  void *working_copy() const { return working_.data(); }  // nullptr between steps with offload_param
+  void *working_copy() const override { return working_.data(); }  // nullptr between steps with offload_param
   bool param_offload() const { return param_source_ != nullptr; }     // offload_param "cpu" or "nvme"
   bool param_nvme_offload() const { return param_nvme_ != nullptr; }  // offload_param "nvme"
   NvmeSwapper *param_nvme_swapper() const { return param_nvme_.get(); }
@@ -210,16 +184,16 @@ class Engine {
   const Comm *hpz_group() const { return hpz_comm_.get(); }  // ZeRO++ hpZ group (null: off)
   // The ranks the state is partitioned over: the world, or with MiCS (mics_shard_size) this rank's
   // shard group. part_rank() indexes the partitioning (owned_segments); rank() stays the world's.
-  Comm &partition_comm() const { return *part_comm_; }
-  int part_rank() const { return part_comm_->rank(); }
-  int part_size() const { return part_comm_->size(); }
+  Comm &partition_comm() const override { return *part_comm_; }
+  int part_rank() const override { return part_comm_->rank(); }
+  int part_size() const override { return part_comm_->size(); }
   // MiCS: the ranks holding the same shard in every shard group (null: off). Replica 0 of each
   // shard (the first shard group) writes checkpoint shards.
   const Comm *replica_group() const { return replica_comm_.get(); }
-  int replica_index() const { return replica_comm_ ? replica_comm_->rank() : 0; }
-  Status refresh_working_copies();
-  const EngineCounters &counters() const { return counters_; }
-  void set_counters(const EngineCounters &counters) {
+  int replica_index() const override { return replica_comm_ ? replica_comm_->rank() : 0; }
+  Status refresh_working_copies() override;
+  const EngineCounters &counters() const override { return counters_; }
+  void set_counters(const EngineCounters &counters) override {
     counters_ = counters;
     step_lrs_valid_ = false;  // a loaded engine has not run a boundary yet
   }
@@ -248,18 +222,26 @@ class Engine {
     return g < onebit_.size() ? &onebit_[g].accumulator : nullptr;
   }
   const CompressedAllReduce *onebit_reduce(size_t g) const { return g < onebit_.size() ? &onebit_[g].reduce : nullptr; }
-  void onebit_reset_errors();
+  void onebit_reset_errors() override;
   const LossScaler &loss_scaler() const { return scaler_; }
   LossScaler &mutable_loss_scaler() { return scaler_; }
-  int64_t scheduler_iteration() const { return scheduler_->last_batch_iteration(); }
-  void set_scheduler_iteration(int64_t iteration) { scheduler_->set_last_batch_iteration(iteration); }
-  const std::vector<uint8_t> &client_state() const { return client_state_; }
-  void set_client_state(const void *data, uint64_t size);
+  LossScalerState scaler_state() const override { return scaler_.state(); }
+  bool scaler_dynamic() const override { return scaler_.dynamic(); }
+  void set_scaler_state(const LossScalerState &state) override { scaler_.set_state(state); }
+  // Parameter groups by name (engine_state_view.cpp).
+  size_t num_param_groups() const override { return groups_.size(); }
+  std::vector<GroupValues> group_values() const override;
+  Status check_group_values(const std::vector<GroupValues> &groups) const override;
+  Status set_group_values(const std::vector<GroupValues> &groups) override;
+  int64_t scheduler_iteration() const override { return scheduler_->last_batch_iteration(); }
+  void set_scheduler_iteration(int64_t iteration) override { scheduler_->set_last_batch_iteration(iteration); }
+  const std::vector<uint8_t> &client_state() const override { return client_state_; }
+  void set_client_state(const void *data, uint64_t size) override;
   // A checkpoint load that failed after it began changing the engine (a full swap disk half-way
   // through the NVMe states) leaves a mix of old and new values: every call then fails with
   // DSRT_ERR_STATE naming the failure, until a load succeeds. "" clears it (load_checkpoint only).
-  void set_load_failure(std::string message) { load_failure_ = std::move(message); }
-  const std::string &load_failure() const { return load_failure_; }
+  void set_load_failure(std::string message) override { load_failure_ = std::move(message); }
+  const std::string &load_failure() const override { return load_failure_; }
 
  private:
   Engine() = default;
@@ -321,26 +303,21 @@ class Engine {
   // reads and writes them in place (no copies), unless a test asked for the staged path
   // (set_host_staging_on_cpu) to run a GPU engine's code on a machine without one.
   bool stages_through_host() const {
-    // A partial offload (offload_optimizer.ratio < 1, offload_split_ > 0) keeps the staged route:
+    // A partial offload (offload_optimizer.ratio < 1, store_.split() > 0) keeps the staged route:
     // its device and host halves step at once from separate gradient and working buffers.
-    if (device_->type() == DSRT_DEVICE_CPU) return host_optimizer() && (host_staging_on_cpu_ || offload_split_ > 0);
+    if (device_->type() == DSRT_DEVICE_CPU) return host_optimizer() && (host_staging_on_cpu_ || store_.split() > 0);
     return config_.zero.offload_optimizer.device != OffloadDevice::None;
   }
   bool host_staging_on_cpu_ = false;
   // Masters and states resident in host-addressable memory (master_partition() is non-null).
   bool states_resident_on_host() const {
-    return !nvme_ && offload_split_ == 0 && (host_optimizer() || device_->type() == DSRT_DEVICE_CPU);
+    return !nvme_ && store_.split() == 0 && (host_optimizer() || device_->type() == DSRT_DEVICE_CPU);
   }
   // ZeRO-Offload++ (offload_optimizer.ratio < 1; engine_offload_split.cpp): partition elements
-  // [0, offload_split_) keep masters and states on the device (dev_master_, dev_states_), the rest
-  // in master_/states_ (host memory, indexed from offload_split_); 0 when everything is on the host.
+  // [0, split) keep masters and states on the device (store_.device_part), the rest in
+  // store_.buffer (host memory, indexed from the split); split 0 when everything is on the host.
   int64_t compute_offload_split() const;
-  float *state_at(int state, int64_t offset) const;  // state -1: master
-  Status split_state_copy(int state, size_t offset, size_t count, float *data, bool write);
   Status split_optimizer_update(float grad_scale);
-  int64_t offload_split_ = 0;
-  DeviceBuffer dev_master_;
-  DeviceBuffer dev_states_[2];
   // Ordering against the host's stream (set_stream): the engine's default stream waits for the
   // host's work so far; the host's stream waits for the engine's work so far. No-ops without a stream.
   Status order_after_host();
@@ -404,7 +381,7 @@ class Engine {
  public:
   // This rank's working shard of t (shard_size elements, working dtype) into dst (host memory),
   // wherever it is (resident, kept in host memory, or on NVMe). Stage 3 only; for save_16bit_model.
-  Status read_working_shard(size_t t, void *dst);
+  Status read_working_shard(size_t t, void *dst) override;
   uint64_t param_nvme_shard_bytes() const;     // shards on NVMe
   uint64_t param_nvme_resident_bytes() const;  // shards in host memory ("cpu": all; "nvme": max_in_cpu)
 
@@ -433,22 +410,15 @@ class Engine {
   std::unique_ptr<OptimizerBackend> backend_;
   std::unique_ptr<OptimizerBackend> host_backend_;
   std::vector<TensorInfo> tensors_;
-  std::deque<dsrt_tensor> handles_;  // stable addresses
   FrozenParams frozen_;
-  std::deque<dsrt_tensor> frozen_handles_;
   // INVALID_ARGUMENT for a bad name (empty, or taken by a trainable or frozen tensor) or shape.
   Status check_new_param(const char *what, const std::string &name, const int64_t *shape, int ndim, const float *init,
                          std::vector<int64_t> *shape_out, int64_t *numel, std::vector<float> *init_out) const;
   bool built_ = false;
 
   Partitioning part_;
-  DeviceBuffer master_;     // master_dtype_ elements
-  DeviceBuffer states_[2];  // state_dtype_ elements
-  dsrt_dtype master_dtype_ = DSRT_F32;
-  dsrt_dtype state_dtype_ = DSRT_F32;
-  // [offset, +count) of the master (state -1) or state i, in its storage dtype, to or from fp32
-  // host values (read_partition_state / write_partition_state without the checks).
-  Status copy_state(int state, size_t offset, size_t count, float *host, bool write);
+  // The masters and optimizer states in memory (offload/state_store.h; NVMe: nvme_ below).
+  StateStore store_;
   int num_states_ = 0;
   DeviceBuffer working_;
   DeviceBuffer lamb_update_;

@@ -79,12 +79,12 @@ Status Engine::build_impl() {
   if (config_.zero.offload_optimizer.device == OffloadDevice::Nvme) {
     DSRT_RETURN_IF_ERROR(nvme_build(part_.owned_segments(part_rank())));
   } else {
-    // The masters may be device memory, bf16, or split by offload_optimizer.ratio: split_state_copy
+    // The masters may be device memory, bf16, or split by offload_optimizer.ratio: StateStore::copy
     // converts and copies through the device.
     for (const OwnedSegment &seg : part_.owned_segments(part_rank())) {
       const TensorInfo &info = tensors_[seg.tensor];
       if (!info.init.empty())
-        DSRT_RETURN_IF_ERROR(split_state_copy(-1, static_cast<size_t>(seg.part_offset), static_cast<size_t>(seg.count),
+        DSRT_RETURN_IF_ERROR(store_.copy(-1, static_cast<size_t>(seg.part_offset), static_cast<size_t>(seg.count),
                                               const_cast<float *>(info.init.data() + seg.tensor_begin), true));
     }
   }

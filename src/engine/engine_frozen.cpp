@@ -16,15 +16,14 @@ uint64_t fnv1a(const void *data, size_t bytes, uint64_t hash) {
 }  // namespace
 
 Status Engine::add_frozen_param(const std::string &name, const int64_t *shape, int ndim, const float *init,
-                                dsrt_tensor **out) {
+                                size_t *index) {
   DSRT_RETURN_IF_ERROR(require_usable("add_frozen_param"));
   std::vector<int64_t> dims;
   int64_t numel = 0;
   std::vector<float> values;
   DSRT_RETURN_IF_ERROR(check_new_param("add_frozen_param", name, shape, ndim, init, &dims, &numel, &values));
   frozen_.add(name, std::move(dims), numel, std::move(values));
-  frozen_handles_.push_back(dsrt_tensor{this, frozen_.size() - 1, true});
-  if (out != nullptr) *out = &frozen_handles_.back();
+  if (index != nullptr) *index = frozen_.size() - 1;
   return Status::Ok();
 }
 

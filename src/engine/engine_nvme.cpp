@@ -61,7 +61,7 @@ Status Engine::nvme_build(const std::vector<OwnedSegment> &segments) {
     // Each array in its storage dtype (bf16 with bf16_master_weights_and_grads / bf16_optimizer_states).
     const uint64_t elems = static_cast<uint64_t>(std::min(nvme_group_begin_[g + 1], part) - begin);
     for (int s = -1; s < num_states_; ++s)
-      nvme_groups_[g].arrays.push_back(SubGroupArray{nvme_array(g, s), elems * dtype_size(s < 0 ? master_dtype_ : state_dtype_)});
+      nvme_groups_[g].arrays.push_back(SubGroupArray{nvme_array(g, s), elems * dtype_size(s < 0 ? store_.master_dtype() : store_.state_dtype())});
     // Stage 3 swaps the fp32 gradient too (engine_nvme_grads.cpp): read for the step, not written back.
     if (nvme_swaps_gradients())
       nvme_groups_[g].arrays.push_back(SubGroupArray{nvme_grad_array(g), elems * sizeof(float), false});
@@ -94,12 +94,12 @@ Status Engine::nvme_build(const std::vector<OwnedSegment> &segments) {
       std::memcpy(buffer + (lo - begin), info.init.data() + it->tensor_begin + (lo - it->part_offset),
                   static_cast<size_t>(hi - lo) * sizeof(float));
     }
-    if (master_dtype_ != DSRT_F32) narrow_to_bf16_in_place(buffer, n);
-    DSRT_RETURN_IF_ERROR(nvme_->store().write(nvme_array(g, -1), buffer, n * dtype_size(master_dtype_)));
+    if (store_.master_dtype() != DSRT_F32) narrow_to_bf16_in_place(buffer, n);
+    DSRT_RETURN_IF_ERROR(nvme_->store().write(nvme_array(g, -1), buffer, n * dtype_size(store_.master_dtype())));
     for (int s = 0; s < num_states_; ++s) {
       std::fill(buffer, buffer + n, optimizer_state_initial_value(config_.optimizer, s));
-      if (state_dtype_ != DSRT_F32) narrow_to_bf16_in_place(buffer, n);
-      DSRT_RETURN_IF_ERROR(nvme_->store().write(nvme_array(g, s), buffer, n * dtype_size(state_dtype_)));
+      if (store_.state_dtype() != DSRT_F32) narrow_to_bf16_in_place(buffer, n);
+      DSRT_RETURN_IF_ERROR(nvme_->store().write(nvme_array(g, s), buffer, n * dtype_size(store_.state_dtype())));
     }
   }
   lease.release();  // buffer_count may be 1
@@ -123,7 +123,7 @@ Status Engine::nvme_range(int state, size_t offset, size_t count, float *data, b
     const std::string name = nvme_array(g, state);
     float *dst = data + (at - offset);
     const size_t n = hi - at;
-    const dsrt_dtype dtype = state < 0 ? master_dtype_ : state_dtype_;
+    const dsrt_dtype dtype = state < 0 ? store_.master_dtype() : store_.state_dtype();
     const size_t esize = dtype_size(dtype);
     if (!write) {
       if (dtype == DSRT_F32) {
@@ -174,13 +174,13 @@ Status Engine::nvme_optimizer_update(float grad_scale, size_t first_group) {
       const int64_t lo = std::max(begin, it->part_offset), hi = std::min(end, it->part_offset + it->count);
       if (hi <= lo) continue;
       OptimizerSlice s;
-      if (master_dtype_ == DSRT_BF16) s.master_bf16 = static_cast<uint16_t *>(view.data[0]) + (lo - begin);
+      if (store_.master_dtype() == DSRT_BF16) s.master_bf16 = static_cast<uint16_t *>(view.data[0]) + (lo - begin);
       else s.master = view.f32(0) + (lo - begin);
       // Swapped gradients arrive with the sub-group (its last array); else the partition in memory.
       s.grad = grad_swap_ ? view.f32(view.data.size() - 1) + (lo - begin) : grads + lo;
       s.grad_dtype = DSRT_F32;
       for (int i = 0; i < num_states_; ++i) {
-        if (state_dtype_ == DSRT_BF16)
+        if (store_.state_dtype() == DSRT_BF16)
           (i == 0 ? s.state0_bf16 : s.state1_bf16) = static_cast<uint16_t *>(view.data[1 + i]) + (lo - begin);
         else (i == 0 ? s.state0 : s.state1) = view.f32(1 + i) + (lo - begin);
       }

@@ -3,9 +3,9 @@
 // per parameter piece, as for NVMe) and, as DeepSpeed 0.19 assigns them, sub-group i stays on the
 // device when i < floor((1 - ratio) * sub-groups) and goes to the CPU otherwise. The device
 // sub-groups come first, so one split offset divides the partition: elements [0, split) keep their
-// fp32 masters and optimizer states in device memory (dev_master_, dev_states_) and are stepped by
+// fp32 masters and optimizer states in device memory (the StateStore's device part) and are stepped by
 // the device backend, reading the device gradient partition and writing the device working
-// shards; elements [split, partition) are in master_/states_ (host memory, indexed from split),
+// shards; elements [split, partition) are in its buffers (host memory, indexed from split),
 // stepped by the CPU optimizer from the host gradient copy into the host staging, which is then
 // copied up. Both halves run at once: on a GPU the device kernels are queued first and run while
 // the host steps its half; on the CPU device the device half runs on a thread of its own.
@@ -36,35 +36,11 @@ int64_t Engine::compute_offload_split() const {
   return on_device < groups ? begins[on_device] : part;
 }
 
-float *Engine::state_at(int state, int64_t offset) const {
-  if (offset < offload_split_) {
-    const DeviceBuffer &b = state < 0 ? dev_master_ : dev_states_[state];
-    return b.as<float>() + offset;
-  }
-  const DeviceBuffer &b = state < 0 ? master_ : states_[state];
-  return b.as<float>() + (offset - offload_split_);
-}
-
-Status Engine::split_state_copy(int state, size_t offset, size_t count, float *data, bool write) {
-  // No split: one buffer, which may hold bf16 (copy_state converts).
-  if (offload_split_ == 0) return copy_state(state, offset, count, data, write);
-  const size_t split = static_cast<size_t>(offload_split_);
-  for (size_t at = offset; at < offset + count;) {
-    const size_t end = at < split ? std::min(offset + count, split) : offset + count;
-    float *here = state_at(state, static_cast<int64_t>(at));
-    float *there = data + (at - offset);
-    const size_t bytes = (end - at) * sizeof(float);
-    DSRT_RETURN_IF_ERROR(write ? device_->copy(here, there, bytes, nullptr) : device_->copy(there, here, bytes, nullptr));
-    at = end;
-  }
-  return device_->synchronize(nullptr);
-}
-
 Status Engine::split_optimizer_update(float grad_scale) {
   const std::vector<OwnedSegment> segments = part_.owned_segments(part_rank());
   const dsrt_dtype wdt = working_dtype();
   const int64_t wsize = static_cast<int64_t>(dtype_size(wdt));
-  const int64_t split = offload_split_;
+  const int64_t split = store_.split();
   const size_t num_groups = groups_.size();
   // Per parameter group: the device half's slices and the host half's (a piece that straddles the
   // split is cut in two; the update is elementwise, so the halves step exactly as one slice would).
@@ -75,11 +51,11 @@ Status Engine::split_optimizer_update(float grad_scale) {
       const bool on_device = lo < split;
       const int64_t hi = on_device ? std::min(end, split) : end;
       OptimizerSlice s;
-      s.master = state_at(-1, lo);
+      s.master = store_.at(-1, lo);
       s.grad = (on_device ? reducer_.grad_partition() : host_grads_.as<float>()) + lo;
       s.grad_dtype = DSRT_F32;
-      s.state0 = num_states_ > 0 ? state_at(0, lo) : nullptr;
-      s.state1 = num_states_ > 1 ? state_at(1, lo) : nullptr;
+      s.state0 = num_states_ > 0 ? store_.at(0, lo) : nullptr;
+      s.state1 = num_states_ > 1 ? store_.at(1, lo) : nullptr;
       s.working = on_device ? static_cast<char *>(working_.data()) + (working_partition_base() + lo) * wsize
                             : host_working_.as<char>() + lo * wsize;
       s.working_dtype = wdt;

@@ -63,11 +63,11 @@ Status Engine::upload_working_partition() {
   const char *staged = host_working_.as<char>();
   for (size_t i = 0; i < segments.size();) {
     // One copy per run of adjacent segments: padding between runs is never written. With
-    // offload_optimizer.ratio the device part [0, offload_split_) was written on the device.
+    // offload_optimizer.ratio the device part [0, store_.split()) was written on the device.
     int64_t begin = segments[i].part_offset;
     int64_t end = begin + segments[i].count;
     for (++i; i < segments.size() && segments[i].part_offset == end; ++i) end += segments[i].count;
-    begin = std::max(begin, offload_split_);
+    begin = std::max(begin, store_.split());
     if (end <= begin) continue;
     DSRT_RETURN_IF_ERROR(device_->copy(working + begin * wsize, staged + begin * wsize,
                                        static_cast<size_t>((end - begin) * wsize), nullptr)
@@ -92,7 +92,7 @@ Status Engine::write_working_from_host(const float *src, size_t n, int64_t elem_
 
 Status Engine::optimizer_update(float grad_scale) {
   if (nvme_) return nvme_optimizer_update(grad_scale, 0);
-  if (offload_split_ > 0) return split_optimizer_update(grad_scale);
+  if (store_.split() > 0) return split_optimizer_update(grad_scale);
   const std::vector<OwnedSegment> segments = part_.owned_segments(part_rank());
   const dsrt_dtype wdt = working_dtype();
   const int64_t wsize = static_cast<int64_t>(dtype_size(wdt));
@@ -104,17 +104,17 @@ Status Engine::optimizer_update(float grad_scale) {
   const int64_t working_base = staged ? 0 : working_partition_base();
   const float *grads = step_grads();
   char *working = staged ? host_working_.as<char>() : static_cast<char *>(working_.data());
-  const bool bf16_master = master_dtype_ == DSRT_BF16, bf16_states = state_dtype_ == DSRT_BF16;
+  const bool bf16_master = store_.master_dtype() == DSRT_BF16, bf16_states = store_.state_dtype() == DSRT_BF16;
   auto slice_of = [&](const OwnedSegment &seg) {
     OptimizerSlice s;
     // bf16.bf16_master_weights_and_grads / bf16_optimizer_states: bf16 storage (cpu_optimizer.h).
-    if (bf16_master) s.master_bf16 = master_.as<uint16_t>() + seg.part_offset;
-    else s.master = master_.as<float>() + seg.part_offset;
+    if (bf16_master) s.master_bf16 = store_.buffer(-1).as<uint16_t>() + seg.part_offset;
+    else s.master = store_.buffer(-1).as<float>() + seg.part_offset;
     s.grad = grads + seg.part_offset;
     s.grad_dtype = DSRT_F32;
     for (int i = 0; i < num_states_; ++i) {
-      if (bf16_states) (i == 0 ? s.state0_bf16 : s.state1_bf16) = states_[i].as<uint16_t>() + seg.part_offset;
-      else (i == 0 ? s.state0 : s.state1) = states_[i].as<float>() + seg.part_offset;
+      if (bf16_states) (i == 0 ? s.state0_bf16 : s.state1_bf16) = store_.buffer(i).as<uint16_t>() + seg.part_offset;
+      else (i == 0 ? s.state0 : s.state1) = store_.buffer(i).as<float>() + seg.part_offset;
     }
     s.working = working + (working_base + seg.part_offset) * wsize;
     s.working_dtype = wdt;

@@ -145,12 +145,12 @@ Status Engine::refresh_working_copies_impl() {
   const size_t wsize = dtype_size(working_dtype());
   char *working = static_cast<char *>(working_.data());
   const int64_t base = working_partition_base();
-  const int64_t master_elem = static_cast<int64_t>(dtype_size(master_dtype_));
+  const int64_t master_elem = static_cast<int64_t>(dtype_size(store_.master_dtype()));
   if (stages_through_host()) {
-    if (offload_split_ == 0) {
+    if (store_.split() == 0) {
       // Host masters: convert into the host staging and copy it up, as the step does.
       for (const OwnedSegment &seg : part_.owned_segments(part_rank()))
-        DSRT_RETURN_IF_ERROR(host_backend_->convert(master_.as<char>() + seg.part_offset * master_elem, master_dtype_,
+        DSRT_RETURN_IF_ERROR(host_backend_->convert(store_.buffer(-1).as<char>() + seg.part_offset * master_elem, store_.master_dtype(),
                                                     host_working_.as<char>() + seg.part_offset * static_cast<int64_t>(wsize),
                                                     working_dtype(), static_cast<size_t>(seg.count)));
     } else {
@@ -158,14 +158,14 @@ Status Engine::refresh_working_copies_impl() {
       // straight into the working shards; the host part through the host staging.
       for (const OwnedSegment &seg : part_.owned_segments(part_rank())) {
         for (int64_t lo = seg.part_offset, end = seg.part_offset + seg.count; lo < end;) {
-          const bool on_device = lo < offload_split_;
-          const int64_t hi = on_device ? std::min(end, offload_split_) : end;
+          const bool on_device = lo < store_.split();
+          const int64_t hi = on_device ? std::min(end, store_.split()) : end;
           if (on_device) {
-            DSRT_RETURN_IF_ERROR(backend_->convert(state_at(-1, lo), DSRT_F32,
+            DSRT_RETURN_IF_ERROR(backend_->convert(store_.at(-1, lo), DSRT_F32,
                                                    working + (base + lo) * static_cast<int64_t>(wsize), working_dtype(),
                                                    static_cast<size_t>(hi - lo)));
           } else {
-            DSRT_RETURN_IF_ERROR(host_backend_->convert(state_at(-1, lo), DSRT_F32,
+            DSRT_RETURN_IF_ERROR(host_backend_->convert(store_.at(-1, lo), DSRT_F32,
                                                         host_working_.as<char>() + lo * static_cast<int64_t>(wsize),
                                                         working_dtype(), static_cast<size_t>(hi - lo)));
           }
@@ -188,7 +188,7 @@ Status Engine::refresh_working_copies_impl() {
     }
     // Host masters on the CPU device (offload "cpu") convert straight into the working copy.
     OptimizerBackend &backend = host_optimizer() ? *host_backend_ : *backend_;
-    DSRT_RETURN_IF_ERROR(backend.convert(master_.as<char>() + seg.part_offset * master_elem, master_dtype_,
+    DSRT_RETURN_IF_ERROR(backend.convert(store_.buffer(-1).as<char>() + seg.part_offset * master_elem, store_.master_dtype(),
                                          working + at * static_cast<int64_t>(wsize), working_dtype(),
                                          static_cast<size_t>(seg.count)));
   }

@@ -6,15 +6,11 @@
 
 #include "config/train_config.h"
 #include "util/status.h"
+#include "zero/step_counters.h"
 
 namespace dsrt {
 
-struct LossScalerState {
-  double cur_scale = 1.0;
-  int64_t cur_iter = 0;
-  int64_t last_overflow_iter = -1;
-  int64_t cur_hysteresis = 2;
-};
+// LossScalerState: zero/step_counters.h (checkpoints carry it).
 
 class LossScaler {
  public:

@@ -15,6 +15,7 @@
 
 #include "comm/comm.h"
 #include "dsrt.h"
+#include "capi/handles.h"
 #include "engine/engine.h"
 #include "engine_test_util.h"
 
@@ -89,7 +90,8 @@ inline TrainConfig lora_config(int stage, dsrt_dtype working = DSRT_F32) {
 }
 
 struct LoraEngine {
-  std::unique_ptr<Engine> engine;
+  std::unique_ptr<dsrt_engine> handle;  // owns the engine and its tensors' C handles
+  Engine *engine = nullptr;
   dsrt_tensor *base = nullptr, *a = nullptr, *b = nullptr;
 };
 
@@ -101,22 +103,29 @@ inline LoraEngine make_lora(const TrainConfig &config, std::shared_ptr<Comm> com
   TrainConfig c = config;
   c.world_size = comm->size();
   c.train_batch_size = c.train_micro_batch_size_per_gpu * c.gradient_accumulation_steps * comm->size();
-  Status s = Engine::create(c, comm, &le.engine);
+  le.handle = std::make_unique<dsrt_engine>();
+  Status s = Engine::create(c, comm, &le.handle->impl);
   EXPECT_TRUE(s.ok()) << s.message();
+  le.engine = le.handle->impl.get();
   if (!le.engine) return le;
   const int64_t ws[2] = {kOut, kIn}, as[2] = {kRank, kIn}, bs[2] = {kOut, kRank};
+  size_t index = 0;
   if (with_base && base_trainable) {
-    s = le.engine->add_param("base.weight", ws, 2, base.data(), &le.base);
+    s = le.engine->add_param("base.weight", ws, 2, base.data(), &index);
     EXPECT_TRUE(s.ok()) << s.message();
+    le.base = s.ok() ? tensor_handle(le.handle.get(), index, false) : nullptr;
   } else if (with_base) {
-    s = le.engine->add_frozen_param("base.weight", ws, 2, base.data(), &le.base);
+    s = le.engine->add_frozen_param("base.weight", ws, 2, base.data(), &index);
     EXPECT_TRUE(s.ok()) << s.message();
+    le.base = s.ok() ? tensor_handle(le.handle.get(), index, true) : nullptr;
   }
   const std::vector<float> ai = a_init(), bi = b_init();
-  s = le.engine->add_param("lora.A", as, 2, ai.data(), &le.a);
+  s = le.engine->add_param("lora.A", as, 2, ai.data(), &index);
   EXPECT_TRUE(s.ok()) << s.message();
-  s = le.engine->add_param("lora.B", bs, 2, bi.data(), &le.b);
+  le.a = s.ok() ? tensor_handle(le.handle.get(), index, false) : nullptr;
+  s = le.engine->add_param("lora.B", bs, 2, bi.data(), &index);
   EXPECT_TRUE(s.ok()) << s.message();
+  le.b = s.ok() ? tensor_handle(le.handle.get(), index, false) : nullptr;
   s = le.engine->build();
   EXPECT_TRUE(s.ok()) << s.message();
   return le;
