@@ -116,11 +116,13 @@ int SwapStore::remove_stale_folders(const std::string &nvme_path) {
     std::string folder = nvme_path + "/" + name;
     struct stat info;
     if (lstat(folder.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) continue;
-    int fd = ::open((folder + "/" + kLockName).c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    // A hidden ".creating" folder is being made right now, or its creation was cut short. Its lock
+    // file exists a moment before its creator flock()s it, so an unlocked lock proves nothing there:
+    // only age does (another rank's store creation in the same nvme_path must not remove it).
+    const bool creating = name[0] == '.';
+    int fd = creating ? -1 : ::open((folder + "/" + kLockName).c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
-      // No lock file: a folder being made right now (the lock follows its mkdir within microseconds),
-      // or one whose creation a crash cut short. Only the second is old; only a hidden one can be it.
-      const bool abandoned = name[0] == '.' && time(nullptr) - info.st_mtime > kAbandonedCreationSeconds;
+      const bool abandoned = creating && time(nullptr) - info.st_mtime > kAbandonedCreationSeconds;
       if (abandoned && remove_dead_folder(folder)) {
         ++removed;
         logf(DSRT_LOG_INFO, "swap: removed '%s', whose creation was cut short", folder.c_str());

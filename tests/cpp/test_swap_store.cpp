@@ -207,6 +207,21 @@ TEST_F(SwapStoreTest, AbandonedCreationIsRemovedOnlyWhenOld) {
   EXPECT_TRUE(exists(foreign + "/mine.txt")) << "a file dsrt did not make is never removed";
 }
 
+// Another rank's store creation in the same nvme_path: its lock file exists a moment before it is
+// flock()ed. A cleanup in that moment must not take the unlocked lock as a dead owner's (it did: the
+// creator's flock then failed with EAGAIN, or its rename found the folder gone).
+TEST_F(SwapStoreTest, FolderBeingCreatedWithUnlockedLockIsLeftAlone) {
+  const std::string creating = nvme_.file(".dsrt-swap-00000000000000ee-rank1.creating");
+  ASSERT_EQ(mkdir(creating.c_str(), 0700), 0);
+  touch(creating + "/owner.lock");
+  EXPECT_EQ(SwapStore::remove_stale_folders(nvme_.path()), 0);
+  EXPECT_TRUE(exists(creating + "/owner.lock")) << "a folder made just now may be another process's creation";
+  const struct timeval hour_ago[2] = {{time(nullptr) - 3600, 0}, {time(nullptr) - 3600, 0}};
+  ASSERT_EQ(utimes(creating.c_str(), hour_ago), 0);
+  EXPECT_EQ(SwapStore::remove_stale_folders(nvme_.path()), 1) << "an old one was abandoned";
+  EXPECT_FALSE(exists(creating));
+}
+
 TEST_F(SwapStoreTest, FailedSwapOutKeepsDataAndPreviousCopy) {
   auto store = make_store();
   const uint64_t size = 300000 * 4;
