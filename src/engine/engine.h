@@ -386,6 +386,8 @@ class Engine {
   Status param_offload_build();
   Status hpz_build();  // engine_hpz.cpp
   Status mics_build();  // engine_mics.cpp
+  // offload_param "cpu" on the CPU device: the kept shards are the working shards (engine_param_nvme.cpp).
+  bool kept_in_place() const;
   Status param_nvme_open();
   Status param_nvme_close();
   Status release_working_shards();
