@@ -53,7 +53,7 @@ TEST(OffloadParamCpu, MatchesInMemoryBitwise) {
 
       train(*reference, 3 * accumulation);
       train(*offloaded, 3 * accumulation);
-      EXPECT_EQ(offloaded->working_copy(), nullptr);  // copied back to host memory after each step
+      EXPECT_EQ(offloaded->working_copy(), nullptr);  // between steps only the host shards (written in place)
       EXPECT_EQ(offloaded->counters().applied_steps, 3);
       expect_bitwise_equal(read_all(*reference), read_all(*offloaded));
       expect_same_working_copies(*reference, *offloaded);
