@@ -11,7 +11,7 @@ columns (rank 0's process, all its threads) move less. Run by scripts/check-deep
 DSRT_PARITY_BENCH_WIDTH is set.
 
     deepspeed_bench.py [--width 1536 ...] [--ranks 1 ...] [--steps 6] [--repeat 1] [--threads N]
-                       [--cases NAME ...] [--out FILE]"""
+                       [--cases NAME ...] [--out FILE] [--flip]"""
 import argparse
 import json
 import os
@@ -92,14 +92,14 @@ def run_engine(engine, config_path, steps, world, width, threads, tmp):
                                                                 "step_cpu_seconds", "engine_step_cpu_seconds"))
 
 
-def bench(widths, ranks, steps, repeat, threads, selected, out):
+def bench(widths, ranks, steps, repeat, threads, selected, out, flip_first=False):
     header = ["| ranks | parameters | case | whole step DeepSpeed / dsrt (s) | ratio | engine.step() DeepSpeed / "
               "dsrt (s) | ratio | CPU s: whole step ratio | CPU s: engine.step() ratio | load (1 min) |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     lines = list(header)
     print("\n".join(header), flush=True)
     ok = True
-    runs_started = 0
+    runs_started = 1 if flip_first else 0  # --flip: dsrt goes first in the first pair
     with tempfile.TemporaryDirectory() as tmp:
         for width in widths:
             for world in ranks:
@@ -150,8 +150,11 @@ def main():
     parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS of every process (both engines)")
     parser.add_argument("--cases", nargs="*", help="a subset of: " + ", ".join(name for name, _ in CASES))
     parser.add_argument("--out")
+    parser.add_argument("--flip", action="store_true", help="dsrt first in the first pair (a second invocation "
+                        "with --flip evens out the order)")
     args = parser.parse_args()
-    return 0 if bench(args.width, args.ranks, args.steps, args.repeat, args.threads, args.cases, args.out) else 1
+    return 0 if bench(args.width, args.ranks, args.steps, args.repeat, args.threads, args.cases, args.out,
+                      args.flip) else 1
 
 
 if __name__ == "__main__":

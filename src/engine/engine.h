@@ -374,7 +374,9 @@ class Engine final : public PartitionedState {
   // Parameter offload (engine_param_nvme.cpp, offload_param at stage 3). The shard of every
   // non-persistent tensor lives in pinned host memory ("cpu"; and under "nvme" the first ones, in
   // registration order, whose shards fit in offload_param.max_in_cpu elements) or in the array
-  // "p<t>" of its own SwapStore ("nvme"). working_ (device memory) is allocated only while a step or
+  // "p<t>" of its own SwapStore ("nvme"). "cpu" on the CPU device: the kept shards are in the working
+  // layout and working_ is a view of them while a step or refresh rewrites them. Otherwise
+  // working_ (device memory) is allocated only while a step or
   // refresh rewrites the shards (param_nvme_open .. _close, for both devices of offload_param; a
   // failed write-back keeps it, and the next close writes it). The coordinator takes the shards
   // through param_source_ (and reads ahead from NVMe in the background).
@@ -389,6 +391,8 @@ class Engine final : public PartitionedState {
   Status param_offload_build();
   Status hpz_build();  // engine_hpz.cpp
   Status mics_build();  // engine_mics.cpp
+  // offload_param "cpu" on the CPU device: the kept shards are the working shards (engine_param_nvme.cpp).
+  bool kept_in_place() const;
   Status param_nvme_open();
   Status param_nvme_close();
   Status release_working_shards();

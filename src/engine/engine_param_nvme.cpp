@@ -15,6 +15,10 @@
 // The device working shard buffer (working_) exists only while a step or refresh rewrites the
 // shards; close copies them out (host memory through Device::copy, NVMe with several swap-outs in
 // flight) and frees it, or keeps it when a write fails so nothing is lost.
+// "cpu" on the CPU device, where host memory is the device's memory: the kept shards are laid out
+// as the working shards (trainable tensor t at shard_offset(t), persistent tensors' slots
+// included), and working_ is a view of them while a step or refresh rewrites them, so nothing is
+// allocated, zeroed or copied back per step (the optimizer writes the kept shards in place).
 #include <algorithm>
 #include <cstring>
 #include <deque>
@@ -159,12 +163,19 @@ Status Engine::param_offload_build() {
   int64_t largest = 0;
   int64_t in_cpu = 0;  // elements kept in host memory so far (this rank's shards)
   uint64_t kept_bytes = 0;
+  // In place (the header): the trainable shards at their working offsets, the frozen ones after.
+  const bool in_place = kept_in_place();
+  if (in_place) kept_bytes = (static_cast<uint64_t>(part_.resident_working_elems()) * wsize + 63) / 64 * 64;
   for (size_t t = 0; t < entries; ++t) {
     if (coordinator_->persistent(t)) continue;
     const int64_t shard = t < trainable ? part_.shard_layout().shard_size(t) : frozen_.shard_elems(t - trainable);
     ParamShards::Shard &s = layout[t];
     s.array = t < trainable ? param_array(t) : "f" + std::to_string(t - trainable);
     s.bytes = static_cast<size_t>(shard) * wsize;
+    if (in_place && t < trainable) {
+      s.kept_offset = part_.shard_layout().shard_offset(t) * static_cast<int64_t>(wsize);
+      continue;
+    }
     // DeepSpeed's max_in_cpu: shards stay in host memory while their running total fits; from the
     // first one that does not fit on, every shard is on NVMe.
     if (in_cpu >= 0 && shard <= max_in_cpu - in_cpu) {
@@ -226,10 +237,20 @@ Status Engine::param_offload_build() {
   return Status::Ok();
 }
 
+bool Engine::kept_in_place() const {
+  return config_.zero.offload_param.device == OffloadDevice::Cpu && device_->type() == DSRT_DEVICE_CPU;
+}
+
 Status Engine::param_nvme_open() {
   if (!param_source_ || !working_.empty()) return Status::Ok();
   const size_t working_bytes = static_cast<size_t>(part_.resident_working_elems()) * dtype_size(working_dtype());
   coordinator_->drop_reads();
+  if (kept_in_place()) {
+    // A view (no release): the step writes the kept shards themselves.
+    working_ = DeviceBuffer(param_shards(param_source_).kept.data(), working_bytes, nullptr);
+    coordinator_->set_shard_source(working_.data(), param_source_.get());
+    return Status::Ok();
+  }
   DSRT_RETURN_IF_ERROR(device_->allocate(working_bytes, &working_).with_context("allocating the working shards"));
   coordinator_->set_shard_source(working_.data(), param_source_.get());
   return Status::Ok();
@@ -243,9 +264,11 @@ Status Engine::param_nvme_close() {
   const int64_t wsize = static_cast<int64_t>(dtype_size(working_dtype()));
   const char *working = static_cast<const char *>(working_.data());
   auto shard_of = [&](size_t t) { return working + part_.shard_layout().shard_offset(t) * wsize; };
-  for (size_t t = 0; t < tensors_.size(); ++t)
-    if (void *kept = source.kept_shard(t))
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    void *kept = source.kept_shard(t);
+    if (kept != nullptr && kept != shard_of(t))  // equal: working_ is the view of the kept shards
       DSRT_RETURN_IF_ERROR(device_->copy(kept, shard_of(t), source.shards[t].bytes, nullptr));
+  }
   DSRT_RETURN_IF_ERROR(device_->synchronize(nullptr));
   if (!param_nvme_) return release_working_shards();
 

@@ -41,6 +41,25 @@ def test_a_numpy_view_kept_past_release_never_aliases_a_later_gather():
     engine.close()
 
 
+def test_a_private_copy_is_reused_only_once_no_view_of_it_is_left():
+    engine, a, b = stage3_engine()
+    first = a.acquire().numpy()
+    address, a_values = first.ctypes.data, first.copy()
+    del first  # no view of a's copy is left: released, it is free for the next acquire
+    a.release()
+    held = b.acquire().numpy()
+    b_values = held.copy()
+    assert held.ctypes.data == address
+    with a as again:  # b's view still holds that buffer: a gets another one
+        assert again.numpy().ctypes.data != address
+        np.testing.assert_array_equal(again.numpy(), a_values)
+    np.testing.assert_array_equal(held, b_values)
+    b.release()
+    with b as again:
+        np.testing.assert_array_equal(again.numpy(), b_values)
+    engine.close()
+
+
 def test_nested_acquires_share_one_view_of_the_gathered_tensor():
     engine, a, _ = stage3_engine()
     outer = a.acquire().numpy()

@@ -369,6 +369,50 @@ class StepResult:
         return "StepResult(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
 
 
+class _CopyPool:
+    """Spare buffers for Tensor.acquire's private copies (ZeRO-3 on the CPU), by size. A copy whose
+    last view is gone comes back here and the next acquire of a tensor as large takes it: a fresh
+    allocation of a large tensor is new pages, which the copy into it would fault in and zero again
+    on every acquire. Holds at most twice the largest copy taken so far; beyond that a copy is freed."""
+
+    def __init__(self):
+        self._spares = {}  # nbytes -> arrays
+        self._bytes = 0
+        self._limit = 0
+
+    def take(self, nbytes):
+        self._limit = max(self._limit, 2 * nbytes)
+        spares = self._spares.get(nbytes)
+        if spares:
+            self._bytes -= nbytes
+            return spares.pop()
+        import numpy
+        return numpy.empty(nbytes, dtype=numpy.uint8)
+
+    def give(self, array):
+        if self._bytes + array.nbytes <= self._limit:
+            self._spares.setdefault(array.nbytes, []).append(array)
+            self._bytes += array.nbytes
+
+
+class _PrivateCopy:
+    """One acquire bracket's copy of a gathered tensor, referenced by the bracket and by its views
+    (and so by every array and tensor made from them): once the last of them is gone, nothing reads
+    the buffer any more and it goes back to its pool."""
+
+    __slots__ = ("array", "_pool")
+
+    def __init__(self, array, pool):
+        self.array = array
+        self._pool = pool
+
+    def __del__(self):
+        try:
+            self._pool.give(self.array)
+        except Exception:
+            pass  # interpreter shutdown
+
+
 class Tensor:
     """A parameter registered with an engine (owned by it; valid while the engine is open).
 
@@ -402,11 +446,10 @@ class Tensor:
         if not (self._engine._gathers and device[0] == capi.DSRT_DEVICE_CPU):
             return BufferView(address, dtype, self.shape, self._engine, device)
         if self._private is None:
-            import numpy
-            private = numpy.empty(self.numel * _DTYPE_SIZES[dtype], dtype=numpy.uint8)
+            private = self._engine._copies.take(self.numel * _DTYPE_SIZES[dtype])
             ctypes.memmove(private.ctypes.data, address, private.size)
-            self._private = private
-        view = BufferView(self._private.ctypes.data, dtype, self.shape, self._engine, device)
+            self._private = _PrivateCopy(private, self._engine._copies)
+        view = BufferView(self._private.array.ctypes.data, dtype, self.shape, self._engine, device)
         view._private = self._private  # the copy lives as long as any view of it
         return view
 
@@ -499,6 +542,7 @@ class Engine(_Handle):
             self._gathers = config.get_number("zero_optimization.stage") == 3
         except ConfigError:
             self._gathers = True  # a stage not readable as a number: copy, which is safe at any stage
+        self._copies = _CopyPool()  # Tensor.acquire's private copies, reused once no view is left
         self.tensors = {}
         self._device = None
 
