@@ -702,6 +702,9 @@ Status Engine::memory(dsrt_memory_stats *out) const {
       stats.optimizer_states[dev] += group.accumulator.size() * sizeof(float);  // 0/1 Adam's u
       stats.buffers[dev] += group.reduce.scratch_bytes() + group.momentum.size() * sizeof(float);
     }
+    // 1-bit LAMB: the fresh variance is a state; the previous step's momentum a buffer.
+    stats.optimizer_states[dev] += onebit_lamb_.fresh.size() * sizeof(float);
+    stats.buffers[dev] += onebit_lamb_.last.size() * sizeof(float);
     stats.buffers[DSRT_LOC_HOST] += host_working_.bytes();
     stats.buffers[dev] += reducer_.buffer_bytes() + gather_staging_.bytes();
     if (coordinator_) stats.buffers[dev] += coordinator_->cached_bytes();

@@ -49,6 +49,7 @@
 #include "monitor/monitor_events.h"
 #include "offload/nvme_swapper.h"
 #include "optim/cpu_optimizer.h"
+#include "optim/onebit_lamb.h"
 #include "optim/optimizer_backend.h"
 #include "util/status.h"
 #include "zero/compressed_allreduce.h"
@@ -226,7 +227,8 @@ class Engine {
   // learning-rate sums (DeepSpeed's ZeroOneAdam.load_state_dict drops them all).
   bool onebit_compressing() const;
   bool onebit_type() const {
-    return config_.optimizer.type == OptimizerType::OneBitAdam || config_.optimizer.type == OptimizerType::ZeroOneAdam;
+    return config_.optimizer.type == OptimizerType::OneBitAdam || config_.optimizer.type == OptimizerType::ZeroOneAdam ||
+           config_.optimizer.type == OptimizerType::OneBitLamb;
   }
   bool zero_one_frozen() const;
   struct ZeroOnePolicy {
@@ -240,6 +242,19 @@ class Engine {
   }
   const CompressedAllReduce *onebit_reduce(size_t g) const { return g < onebit_.size() ? &onebit_[g].reduce : nullptr; }
   void onebit_reset_errors();
+  // 1-bit LAMB (OneBitLamb, engine_onebit_lamb.cpp): one compressed all-reduce over every
+  // tensor's momentum (onebit_reduce(0)), the per-tensor scalars (indexed by tensor), the fresh
+  // variance and the momentum of the previous step (packed in group order). A checkpoint keeps
+  // them with this rank's errors (onebit_lamb_serialize); a load at the same world size restores
+  // everything, at another the errors restart at zero.
+  struct OneBitLambEngineState {
+    std::vector<OneBitLambTensorState> tensors;
+    std::vector<float> fresh, last;
+    bool scaled = false;  // the scaling coefficients were fixed (the first compression step ran)
+  };
+  const OneBitLambEngineState &onebit_lamb_state() const { return onebit_lamb_; }
+  void onebit_lamb_serialize(std::vector<uint8_t> *out) const;
+  Status onebit_lamb_restore(const std::vector<uint8_t> &bytes);
   const LossScaler &loss_scaler() const { return scaler_; }
   LossScaler &mutable_loss_scaler() { return scaler_; }
   int64_t scheduler_iteration() const { return scheduler_->last_batch_iteration(); }
@@ -442,6 +457,9 @@ class Engine {
   Status onebit_build();
   Status onebit_update(const std::vector<OptimizerSlice> &slices, const std::vector<std::vector<size_t>> &by_group,
                        float grad_scale);
+  OneBitLambEngineState onebit_lamb_;
+  Status onebit_lamb_update(const std::vector<OptimizerSlice> &slices, const std::vector<std::vector<size_t>> &by_group,
+                            float grad_scale);
   DeviceBuffer gather_staging_;
   GradReducer reducer_;
   std::unique_ptr<ParamCoordinator> coordinator_;  // stage 3

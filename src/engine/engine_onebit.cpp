@@ -7,6 +7,7 @@
 
 #include "engine/engine.h"
 #include "optim/onebit_adam.h"
+#include "optim/step_constants.h"
 #include "util/log.h"
 
 namespace dsrt {
@@ -16,9 +17,11 @@ bool Engine::onebit_compressing() const {
     if (counters_.applied_steps == 0) return false;  // the initialization step
     return zero_one_frozen() || (counters_.applied_steps + 1) % zero_one_.var_interval != 0;
   }
-  if (config_.optimizer.type != OptimizerType::OneBitAdam) return false;
+  if (config_.optimizer.type != OptimizerType::OneBitAdam && config_.optimizer.type != OptimizerType::OneBitLamb)
+    return false;
   // DeepSpeed's state['step'] counts every applied step() call, its first (which only sets up
-  // buffers) included; the freeze check runs after each warm-up update, never after the first call.
+  // buffers) included; the freeze check runs after each warm-up update, never after the first call
+  // (OnebitLamb's too).
   const int64_t previous = counters_.applied_steps;
   return previous >= std::max<int64_t>(config_.optimizer.freeze_step, 2);
 }
@@ -29,17 +32,29 @@ void Engine::onebit_reset_errors() {
     std::fill(group.accumulator.begin(), group.accumulator.end(), 0.0f);
     group.lrs = 0.0;
   }
+  // 1-bit LAMB's per-tensor scalars, fresh variance and previous momentum are not errors: they
+  // stay (a checkpoint load restores them).
   zero_one_ = ZeroOnePolicy{};
 }
 
 Status Engine::onebit_build() {
   onebit_.clear();
   zero_one_ = ZeroOnePolicy{};
+  onebit_lamb_ = OneBitLambEngineState{};
   if (!onebit_type()) return Status::Ok();
   const std::vector<OwnedSegment> segments = part_.owned_segments(part_rank());
   std::vector<size_t> group_elems(groups_.size(), 0);
   for (const OwnedSegment &seg : segments)
     group_elems[static_cast<size_t>(tensors_[seg.tensor].group)] += static_cast<size_t>(seg.count);
+  if (config_.optimizer.type == OptimizerType::OneBitLamb) {
+    // DeepSpeed's OnebitLamb fuses the momentum of every parameter group into one vector.
+    size_t total = 0;
+    for (size_t elems : group_elems) total += elems;
+    group_elems.assign(1, total);
+    onebit_lamb_.tensors.assign(tensors_.size(), OneBitLambTensorState{});
+    onebit_lamb_.fresh.assign(total, 0.0f);
+    onebit_lamb_.last.assign(total, 0.0f);
+  }
   onebit_.resize(groups_.size());
   for (size_t g = 0; g < onebit_.size(); ++g) {
     DSRT_RETURN_IF_ERROR(onebit_[g].reduce.init(comm_.get(), group_elems[g]));
@@ -48,7 +63,7 @@ Status Engine::onebit_build() {
   }
   if (!config_.fp16.enabled && rank() == 0)
     logf(DSRT_LOG_WARN, "%s: DeepSpeed verified the convergence of its 1-bit optimizers under fp16 only",
-         config_.optimizer.type == OptimizerType::ZeroOneAdam ? "ZeroOneAdam" : "OneBitAdam");
+         optimizer_type_name(config_.optimizer.type));
   return Status::Ok();
 }
 
@@ -56,6 +71,7 @@ Status Engine::onebit_update(const std::vector<OptimizerSlice> &slices,
                              const std::vector<std::vector<size_t>> &by_group, float grad_scale) {
   // DeepSpeed's first step() allocates the error buffers and returns: no parameter or state moves.
   if (counters_.applied_steps == 0) return Status::Ok();
+  if (config_.optimizer.type == OptimizerType::OneBitLamb) return onebit_lamb_update(slices, by_group, grad_scale);
   const bool compressing = onebit_compressing();
   if (compressing && counters_.applied_steps == std::max<int64_t>(config_.optimizer.freeze_step, 2) && rank() == 0)
     log_progress(Format("OneBitAdam: compressed communication starts at step %lld",  // DeepSpeed prints it too
