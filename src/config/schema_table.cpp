@@ -331,7 +331,7 @@ std::vector<KeySpec> build_schema_keys() {
                                   "DeepSpeed's 0/1 Adam and 1-bit LAMB store it and never read it; use gradient_clipping"),
                              kZeroOneAdam | kOneBitLamb));
   k.push_back(for_optimizers(with(B(p + "cuda_aware", false), Support::Ignored,
-                                  "dsrt's 1-bit all-reduce runs on host buffers over the engine's communicator"),
+                                  "dsrt's 1-bit all-reduce runs over the engine's communicator, on host or device buffers"),
                              onebit));
   k.push_back(for_optimizers(with(C(p + "comm_backend_name", "nccl", {"nccl", "mpi", "hccl", "compressed"}),
                                   Support::Ignored,

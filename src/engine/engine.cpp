@@ -353,10 +353,12 @@ Status Engine::build_impl() {
       ro.qgz_groups.push_back(qgz_group_for_shape(t.shape.data(), static_cast<int>(t.shape.size()), part_comm_->size()));
   }
   DSRT_RETURN_IF_ERROR(reducer_.init(&part_, part_comm_.get(), device_.get(), backend_.get(), ro));
-  if (onebit_type() && device_->type() != DSRT_DEVICE_CPU)
+  if (config_.optimizer.type == OptimizerType::OneBitLamb && device_->type() != DSRT_DEVICE_CPU)
     return Error(DSRT_ERR_UNSUPPORTED,
-                 "optimizer.type %s runs on the CPU device only in dsrt (its compression kernels are "
-                 "host loops); use the CPU device, or Adam/AdamW on the GPU",
+                 "optimizer.type OneBitLamb runs on the CPU device only in dsrt (its CUDA kernels exist, the "
+                 "engine's device path does not yet); use the CPU device, or Lamb on the GPU");
+  if (onebit_type() && device_->type() != DSRT_DEVICE_CPU && device_->type() != DSRT_DEVICE_CUDA)
+    return Error(DSRT_ERR_UNSUPPORTED, "optimizer.type %s runs on the CPU and CUDA devices only",
                  optimizer_type_name(config_.optimizer.type));
   DSRT_RETURN_IF_ERROR(onebit_build());
   reducer_.set_divide_by_accumulation(scale_wrt_gas_);
@@ -699,8 +701,8 @@ Status Engine::memory(dsrt_memory_stats *out) const {
     stats.buffers[host_optimizer() ? DSRT_LOC_HOST : dev] += lamb_update_.bytes();
     for (const OneBitGroup &group : onebit_) {  // 1-bit Adam: host memory (the CPU device only)
       stats.optimizer_states[dev] += group.reduce.error_bytes();
-      stats.optimizer_states[dev] += group.accumulator.size() * sizeof(float);  // 0/1 Adam's u
-      stats.buffers[dev] += group.reduce.scratch_bytes() + group.momentum.size() * sizeof(float);
+      stats.optimizer_states[dev] += group.accumulator.size() * sizeof(float) + group.d_accumulator.bytes();  // 0/1 Adam's u
+      stats.buffers[dev] += group.reduce.scratch_bytes() + group.momentum.size() * sizeof(float) + group.d_momentum.bytes();
     }
     // 1-bit LAMB: the fresh variance is a state; the previous step's momentum a buffer.
     stats.optimizer_states[dev] += onebit_lamb_.fresh.size() * sizeof(float);

@@ -240,6 +240,8 @@ class Engine {
   const std::vector<float> *zero_one_accumulator(size_t g) const {
     return g < onebit_.size() ? &onebit_[g].accumulator : nullptr;
   }
+  // Group g's u in host memory, on either device (INVALID_ARGUMENT for a group without one).
+  Status zero_one_accumulator_to_host(size_t g, std::vector<float> *out) const;
   const CompressedAllReduce *onebit_reduce(size_t g) const { return g < onebit_.size() ? &onebit_[g].reduce : nullptr; }
   void onebit_reset_errors();
   // 1-bit LAMB (OneBitLamb, engine_onebit_lamb.cpp): one compressed all-reduce over every
@@ -449,7 +451,12 @@ class Engine {
     std::vector<float> momentum;
     std::vector<float> accumulator;  // 0/1 Adam: u, minus the sum of the local updates since the last sync
     double lrs = 0.0;                // 0/1 Adam: the sum of the learning rates since the last sync
+    // On a CUDA device the two vectors above stay empty and these hold them in device memory.
+    DeviceBuffer d_momentum, d_accumulator;
+    float *momentum_ptr() { return d_momentum.bytes() > 0 ? d_momentum.as<float>() : momentum.data(); }
+    float *accumulator_ptr() { return d_accumulator.bytes() > 0 ? d_accumulator.as<float>() : accumulator.data(); }
   };
+  bool onebit_on_device() const { return device_->type() == DSRT_DEVICE_CUDA; }
   ZeroOnePolicy zero_one_;
   Status zero_one_update(const std::vector<OptimizerSlice> &slices, const std::vector<std::vector<size_t>> &by_group,
                          float grad_scale);

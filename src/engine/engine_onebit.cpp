@@ -7,6 +7,7 @@
 
 #include "engine/engine.h"
 #include "optim/onebit_adam.h"
+#include "optim/onebit_dispatch.h"
 #include "optim/step_constants.h"
 #include "util/log.h"
 
@@ -30,6 +31,10 @@ void Engine::onebit_reset_errors() {
   for (OneBitGroup &group : onebit_) {
     group.reduce.reset_errors();
     std::fill(group.accumulator.begin(), group.accumulator.end(), 0.0f);
+    if (group.d_accumulator.bytes() > 0) {
+      (void)device_->memset(group.d_accumulator.data(), 0, group.d_accumulator.bytes(), nullptr);
+      (void)device_->synchronize(nullptr);
+    }
     group.lrs = 0.0;
   }
   // 1-bit LAMB's per-tensor scalars, fresh variance and previous momentum are not errors: they
@@ -56,10 +61,19 @@ Status Engine::onebit_build() {
     onebit_lamb_.last.assign(total, 0.0f);
   }
   onebit_.resize(groups_.size());
+  const bool zero_one = config_.optimizer.type == OptimizerType::ZeroOneAdam;
   for (size_t g = 0; g < onebit_.size(); ++g) {
-    DSRT_RETURN_IF_ERROR(onebit_[g].reduce.init(comm_.get(), group_elems[g]));
-    onebit_[g].momentum.assign(group_elems[g], 0.0f);
-    if (config_.optimizer.type == OptimizerType::ZeroOneAdam) onebit_[g].accumulator.assign(group_elems[g], 0.0f);
+    OneBitGroup &group = onebit_[g];
+    if (onebit_on_device()) {  // the buffers and the all-reduce's work in device memory (CUDA kernels)
+      DSRT_RETURN_IF_ERROR(group.reduce.init_device(comm_.get(), group_elems[g], device_.get(), nullptr));
+      DSRT_RETURN_IF_ERROR(device_->allocate(std::max<size_t>(group_elems[g], 1) * sizeof(float), &group.d_momentum));
+      if (zero_one)
+        DSRT_RETURN_IF_ERROR(device_->allocate(std::max<size_t>(group_elems[g], 1) * sizeof(float), &group.d_accumulator));
+      continue;
+    }
+    DSRT_RETURN_IF_ERROR(group.reduce.init(comm_.get(), group_elems[g]));
+    group.momentum.assign(group_elems[g], 0.0f);
+    if (zero_one) group.accumulator.assign(group_elems[g], 0.0f);
   }
   if (!config_.fp16.enabled && rank() == 0)
     logf(DSRT_LOG_WARN, "%s: DeepSpeed verified the convergence of its 1-bit optimizers under fp16 only",
@@ -76,31 +90,36 @@ Status Engine::onebit_update(const std::vector<OptimizerSlice> &slices,
   if (compressing && counters_.applied_steps == std::max<int64_t>(config_.optimizer.freeze_step, 2) && rank() == 0)
     log_progress(Format("OneBitAdam: compressed communication starts at step %lld",  // DeepSpeed prints it too
                         static_cast<long long>(counters_.applied_steps + 1)));
+  // Host slices run the host loops, device slices the CUDA kernels (onebit_dispatch.h), in one sequence.
+  const bool gpu = onebit_on_device();
   for (size_t g = 0; g < by_group.size() && g < onebit_.size(); ++g) {
     const OptimizerHyper hyper = group_hyper(g);
     if (!compressing) {
       for (size_t i : by_group[g])
-        DSRT_RETURN_IF_ERROR(onebit_adam_warmup_step(hyper, slices[i], grad_scale)
+        DSRT_RETURN_IF_ERROR(onebit_warmup_on(gpu, hyper, slices[i], grad_scale, nullptr)
                                  .with_context(Format("OneBitAdam warm-up step (group %zu)", g)));
       continue;
     }
     OneBitGroup &group = onebit_[g];
+    float *momentum = group.momentum_ptr();
     size_t at = 0;
     for (size_t i : by_group[g]) {
-      DSRT_RETURN_IF_ERROR(onebit_adam_momentum(hyper, slices[i], grad_scale));
-      std::memcpy(group.momentum.data() + at, slices[i].state0, slices[i].n * sizeof(float));
+      DSRT_RETURN_IF_ERROR(onebit_momentum_on(gpu, hyper, slices[i], grad_scale, nullptr));
+      if (slices[i].n > 0)
+        DSRT_RETURN_IF_ERROR(device_->copy(momentum + at, slices[i].state0, slices[i].n * sizeof(float), nullptr));
       at += slices[i].n;
     }
-    DSRT_RETURN_IF_ERROR(group.reduce.run(group.momentum.data())
+    DSRT_RETURN_IF_ERROR(group.reduce.run(momentum)
                              .with_context(Format("OneBitAdam: the compressed momentum all-reduce of group %zu", g)));
     at = 0;
     for (size_t i : by_group[g]) {
-      std::memcpy(slices[i].state0, group.momentum.data() + at, slices[i].n * sizeof(float));
+      if (slices[i].n > 0)
+        DSRT_RETURN_IF_ERROR(device_->copy(slices[i].state0, momentum + at, slices[i].n * sizeof(float), nullptr));
       at += slices[i].n;
-      DSRT_RETURN_IF_ERROR(onebit_adam_apply(hyper, slices[i]).with_context(Format("OneBitAdam step (group %zu)", g)));
+      DSRT_RETURN_IF_ERROR(onebit_apply_on(gpu, hyper, slices[i], nullptr).with_context(Format("OneBitAdam step (group %zu)", g)));
     }
   }
-  return Status::Ok();
+  return gpu ? device_->synchronize(nullptr) : Status::Ok();
 }
 
 }  // namespace dsrt

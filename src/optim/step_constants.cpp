@@ -94,8 +94,8 @@ Status fold_step_constants(const char *what, const OptimizerHyper &hyper, float 
     case OptimizerType::OneBitAdam:
     case OptimizerType::ZeroOneAdam:
     case OptimizerType::OneBitLamb:
-      return Error(DSRT_ERR_UNSUPPORTED, "%s: %s is not one of the fused kernels (no GPU version); it runs on host memory "
-                   "through optim/onebit_adam.h, which the engine uses on the CPU device",
+      return Error(DSRT_ERR_UNSUPPORTED, "%s: %s is not one of the fused kernels; the engine runs its own steps "
+                   "(optim/onebit_dispatch.h, optim/onebit_lamb.h)",
                    what, optimizer_type_name(hyper.type));
     default:
       return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: unknown optimizer type %d", what, static_cast<int>(hyper.type));

@@ -59,7 +59,7 @@ std::vector<double> grad_of(int step, int r) {
 
 std::unique_ptr<Engine> make_engine(const TrainConfig &config) {
   std::unique_ptr<Engine> e;
-  Status s = Engine::create(config, g_world, &e);
+  Status s = Engine::create(config, g_world, &e, "cpu");  // OneBitLamb runs on the CPU device only
   EXPECT_TRUE(s.ok()) << s.message();
   if (!e) return e;
   const std::vector<double> init = init_values();
@@ -329,7 +329,7 @@ TEST(OneBitLamb, CompressionStageCutsTheBytesOnTheWire) {
   if (world == 1) GTEST_SKIP() << "one rank moves no bytes";
   const std::vector<int64_t> sizes = {60000, 40000};
   std::unique_ptr<Engine> e;
-  ASSERT_TRUE(Engine::create(lamb_config(), g_world, &e).ok());
+  ASSERT_TRUE(Engine::create(lamb_config(), g_world, &e, "cpu").ok());
   for (size_t t = 0; t < sizes.size(); ++t) {
     const std::vector<double> init = gaussian(30 + static_cast<uint32_t>(t), static_cast<size_t>(sizes[t]), 0.1);
     std::vector<float> values(init.begin(), init.end());
@@ -368,11 +368,26 @@ TEST(OneBitLamb, ZeroStagesAreRefused) {
     TrainConfig c = lamb_config();
     c.zero.stage = stage;
     std::unique_ptr<Engine> e;
-    Status s = Engine::create(c, g_world, &e);
+    Status s = Engine::create(c, g_world, &e, "cpu");
     EXPECT_EQ(s.code(), DSRT_ERR_CONFIG) << "stage " << stage;
     EXPECT_NE(s.message().find("zero_optimization.stage 0"), std::string::npos) << s.message();
     EXPECT_NE(s.message().find("OneBitLamb"), std::string::npos) << s.message();
   }
+}
+
+// On the current GPU, OneBitLamb is refused at build with a message (its engine path is CPU only).
+TEST(OneBitLamb, TheCudaDeviceIsRefused) {
+  if (!dsrt_has_feature("cuda")) GTEST_SKIP() << "no CUDA device";
+  std::unique_ptr<Engine> e;
+  Status s = Engine::create(lamb_config(), g_world, &e, "cuda");
+  if (s.ok()) {
+    const int64_t size = 8;
+    std::vector<float> values(8, 0.5f);
+    ASSERT_TRUE(e->add_param("w", &size, 1, values.data(), nullptr).ok());
+    s = e->build();
+  }
+  EXPECT_EQ(s.code(), DSRT_ERR_UNSUPPORTED) << s.message();
+  EXPECT_NE(s.message().find("OneBitLamb"), std::string::npos) << s.message();
 }
 
 }  // namespace
