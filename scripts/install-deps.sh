@@ -9,6 +9,7 @@ packages=(
   libgloo-dev
   python3-dev python3-venv python3-numpy python3-pytest python3-torch fio clang libclang-rt-14-dev
   cargo
+  bindgen rustfmt python3-clang
 )
 
 missing=()

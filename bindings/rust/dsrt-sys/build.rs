@@ -11,8 +11,15 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The header major this crate's declarations were written against.
-const DECLARED_MAJOR: u32 = 0;
+/// The header major src/bindings.rs was generated from (its DSRT_VERSION_MAJOR).
+fn declared_major() -> u32 {
+    let path = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR")).join("src/bindings.rs");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| fail(format!("dsrt-sys: reading {}: {e}", path.display())));
+    text.lines()
+        .find_map(|l| l.strip_prefix("pub const DSRT_VERSION_MAJOR: i32 = "))
+        .and_then(|v| v.trim_end_matches(';').parse().ok())
+        .unwrap_or_else(|| fail(format!("dsrt-sys: {} declares no DSRT_VERSION_MAJOR; run scripts/gen-bindings.sh", path.display())))
+}
 
 struct Found {
     lib_dir: PathBuf,
@@ -119,6 +126,8 @@ fn main() {
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG");
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=src/bindings.rs");
+    let declared = declared_major();
 
     let mut tried = Vec::new();
     let found = match env::var_os("DSRT_DIR") {
@@ -145,9 +154,9 @@ fn main() {
     let header = found.include_dir.join("dsrt.h");
     println!("cargo:rerun-if-changed={}", header.display());
     match header_major(&found.include_dir) {
-        Some(m) if m == DECLARED_MAJOR => {}
+        Some(m) if m == declared => {}
         Some(m) => fail(format!("dsrt-sys: {} is major version {m}, but these declarations are for major \
-                           {DECLARED_MAJOR}; use a matching dsrt-sys", header.display())),
+                           {declared}; use a matching dsrt-sys", header.display())),
         None => fail(format!("dsrt-sys: {} has no DSRT_VERSION_MAJOR", header.display())),
     }
 
