@@ -20,7 +20,7 @@ bool is_lamb(const Engine &engine) { return engine.config().optimizer.type == Op
 Status save_onebit_lamb(const Engine &engine, const std::string &dir) {
   if (!is_lamb(engine)) return Status::Ok();
   std::vector<uint8_t> bytes;
-  engine.onebit_lamb_serialize(&bytes);
+  DSRT_RETURN_IF_ERROR(engine.onebit_lamb_serialize(&bytes).with_context("saving this rank's OneBitLamb state"));
   const uint32_t crc = crc32c(0, bytes.data(), bytes.size());
   bytes.resize(bytes.size() + sizeof crc);
   std::memcpy(bytes.data() + bytes.size() - sizeof crc, &crc, sizeof crc);

@@ -353,10 +353,6 @@ Status Engine::build_impl() {
       ro.qgz_groups.push_back(qgz_group_for_shape(t.shape.data(), static_cast<int>(t.shape.size()), part_comm_->size()));
   }
   DSRT_RETURN_IF_ERROR(reducer_.init(&part_, part_comm_.get(), device_.get(), backend_.get(), ro));
-  if (config_.optimizer.type == OptimizerType::OneBitLamb && device_->type() != DSRT_DEVICE_CPU)
-    return Error(DSRT_ERR_UNSUPPORTED,
-                 "optimizer.type OneBitLamb runs on the CPU device only in dsrt (its CUDA kernels exist, the "
-                 "engine's device path does not yet); use the CPU device, or Lamb on the GPU");
   if (onebit_type() && device_->type() != DSRT_DEVICE_CPU && device_->type() != DSRT_DEVICE_CUDA)
     return Error(DSRT_ERR_UNSUPPORTED, "optimizer.type %s runs on the CPU and CUDA devices only",
                  optimizer_type_name(config_.optimizer.type));
@@ -705,8 +701,9 @@ Status Engine::memory(dsrt_memory_stats *out) const {
       stats.buffers[dev] += group.reduce.scratch_bytes() + group.momentum.size() * sizeof(float) + group.d_momentum.bytes();
     }
     // 1-bit LAMB: the fresh variance is a state; the previous step's momentum a buffer.
-    stats.optimizer_states[dev] += onebit_lamb_.fresh.size() * sizeof(float);
-    stats.buffers[dev] += onebit_lamb_.last.size() * sizeof(float);
+    stats.optimizer_states[dev] += onebit_lamb_.fresh.size() * sizeof(float) + onebit_lamb_.d_fresh.bytes();
+    stats.buffers[dev] += onebit_lamb_.last.size() * sizeof(float) + onebit_lamb_.d_last.bytes() +
+                          onebit_lamb_.d_scalars.bytes();
     stats.buffers[DSRT_LOC_HOST] += host_working_.bytes();
     stats.buffers[dev] += reducer_.buffer_bytes() + gather_staging_.bytes();
     if (coordinator_) stats.buffers[dev] += coordinator_->cached_bytes();

@@ -250,12 +250,14 @@ class Engine {
   // them with this rank's errors (onebit_lamb_serialize); a load at the same world size restores
   // everything, at another the errors restart at zero.
   struct OneBitLambEngineState {
-    std::vector<OneBitLambTensorState> tensors;
-    std::vector<float> fresh, last;
+    std::vector<OneBitLambTensorState> tensors;  // on a CUDA device: a copy, refreshed after each step
+    std::vector<float> fresh, last;              // empty on a CUDA device (d_fresh, d_last instead)
     bool scaled = false;  // the scaling coefficients were fixed (the first compression step ran)
+    // CUDA device: fresh, last, and per tensor its scalars (3 doubles), sums (3 doubles), step (a float).
+    DeviceBuffer d_fresh, d_last, d_scalars;
   };
   const OneBitLambEngineState &onebit_lamb_state() const { return onebit_lamb_; }
-  void onebit_lamb_serialize(std::vector<uint8_t> *out) const;
+  Status onebit_lamb_serialize(std::vector<uint8_t> *out) const;
   Status onebit_lamb_restore(const std::vector<uint8_t> &bytes);
   const LossScaler &loss_scaler() const { return scaler_; }
   LossScaler &mutable_loss_scaler() { return scaler_; }
@@ -467,6 +469,11 @@ class Engine {
   OneBitLambEngineState onebit_lamb_;
   Status onebit_lamb_update(const std::vector<OptimizerSlice> &slices, const std::vector<std::vector<size_t>> &by_group,
                             float grad_scale);
+  Status onebit_lamb_build_device(size_t total);
+  Status onebit_lamb_update_device(const std::vector<OptimizerSlice> &slices,
+                                   const std::vector<std::vector<size_t>> &by_group, float grad_scale);
+  Status onebit_lamb_pull_device(OneBitLambEngineState *host, std::vector<float> *fresh) const;
+  Status onebit_lamb_push_device();
   DeviceBuffer gather_staging_;
   GradReducer reducer_;
   std::unique_ptr<ParamCoordinator> coordinator_;  // stage 3

@@ -57,10 +57,14 @@ Status Engine::onebit_build() {
     for (size_t elems : group_elems) total += elems;
     group_elems.assign(1, total);
     onebit_lamb_.tensors.assign(tensors_.size(), OneBitLambTensorState{});
-    onebit_lamb_.fresh.assign(total, 0.0f);
-    onebit_lamb_.last.assign(total, 0.0f);
+    if (onebit_on_device()) {
+      DSRT_RETURN_IF_ERROR(onebit_lamb_build_device(total));
+    } else {
+      onebit_lamb_.fresh.assign(total, 0.0f);
+      onebit_lamb_.last.assign(total, 0.0f);
+    }
   }
-  onebit_.resize(groups_.size());
+  onebit_.resize(group_elems.size());  // one per parameter group; OneBitLamb: one for all
   const bool zero_one = config_.optimizer.type == OptimizerType::ZeroOneAdam;
   for (size_t g = 0; g < onebit_.size(); ++g) {
     OneBitGroup &group = onebit_[g];

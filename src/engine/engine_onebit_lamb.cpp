@@ -37,6 +37,7 @@ Status Engine::onebit_lamb_update(const std::vector<OptimizerSlice> &slices,
   if (segments.size() != slices.size() || onebit_.size() != 1)
     return Error(DSRT_ERR_INTERNAL, "OneBitLamb: %zu slices for %zu segments, %zu fused momenta (1 expected)",
                  slices.size(), segments.size(), onebit_.size());
+  if (onebit_on_device()) return onebit_lamb_update_device(slices, by_group, grad_scale);
   const OptimizerConfig &o = config_.optimizer;
   const OneBitLambParams params{o.coeff_beta, o.factor_max, o.factor_min, o.factor_threshold};
   OneBitLambEngineState &st = onebit_lamb_;
@@ -104,9 +105,15 @@ Status Engine::onebit_lamb_update(const std::vector<OptimizerSlice> &slices,
   return Status::Ok();
 }
 
-void Engine::onebit_lamb_serialize(std::vector<uint8_t> *out) const {
+Status Engine::onebit_lamb_serialize(std::vector<uint8_t> *out) const {
   out->clear();
-  const OneBitLambEngineState &st = onebit_lamb_;
+  OneBitLambEngineState device_copy;
+  if (onebit_on_device()) {  // the device state, copied to the host
+    device_copy.tensors = onebit_lamb_.tensors;
+    device_copy.scaled = onebit_lamb_.scaled;
+    DSRT_RETURN_IF_ERROR(onebit_lamb_pull_device(&device_copy, &device_copy.fresh));
+  }
+  const OneBitLambEngineState &st = onebit_on_device() ? device_copy : onebit_lamb_;
   LambHeader h;
   h.world = static_cast<uint32_t>(comm_->size());
   h.rank = static_cast<uint32_t>(comm_->rank());
@@ -124,9 +131,12 @@ void Engine::onebit_lamb_serialize(std::vector<uint8_t> *out) const {
   }
   append(out, st.fresh.data(), st.fresh.size() * sizeof(float));
   if (errors) {
-    append(out, reduce->worker_error(), h.worker_elems * sizeof(float));
-    append(out, reduce->server_error(), h.server_elems * sizeof(float));
+    std::vector<float> worker, server;
+    DSRT_RETURN_IF_ERROR(reduce->errors_to_host(&worker, &server));
+    append(out, worker.data(), h.worker_elems * sizeof(float));
+    append(out, server.data(), h.server_elems * sizeof(float));
   }
+  return Status::Ok();
 }
 
 Status Engine::onebit_lamb_restore(const std::vector<uint8_t> &bytes) {
@@ -136,12 +146,13 @@ Status Engine::onebit_lamb_restore(const std::vector<uint8_t> &bytes) {
   if (bytes.size() < sizeof h) return Error(DSRT_ERR_IO, "OneBitLamb state: %zu bytes, shorter than its header", bytes.size());
   std::memcpy(&h, bytes.data(), sizeof h);
   OneBitLambEngineState &st = onebit_lamb_;
+  const size_t elems = onebit_.empty() ? 0 : onebit_[0].reduce.size();
   if (h.magic != kLambMagic || h.version != kLambVersion)
     return Error(DSRT_ERR_IO, "OneBitLamb state: not a version-%u OneBitLamb state file", kLambVersion);
-  if (h.tensors != st.tensors.size() || h.elems != st.fresh.size())
+  if (h.tensors != st.tensors.size() || h.elems != elems)
     return Error(DSRT_ERR_CONFIG, "OneBitLamb state: saved for %llu tensors of %llu elements, this engine has %zu of %zu",
                  static_cast<unsigned long long>(h.tensors), static_cast<unsigned long long>(h.elems), st.tensors.size(),
-                 st.fresh.size());
+                 elems);
   const uint64_t expected = sizeof h + h.tensors * 3 * sizeof(double) + (h.elems + h.worker_elems + h.server_elems) * sizeof(float);
   if (bytes.size() != expected)
     return Error(DSRT_ERR_IO, "OneBitLamb state: %zu bytes, %llu expected from its header", bytes.size(),
@@ -156,14 +167,22 @@ Status Engine::onebit_lamb_restore(const std::vector<uint8_t> &bytes) {
     t.scaling_coeff = v[2];
   }
   st.scaled = h.scaled != 0;
-  std::memcpy(st.fresh.data(), p, st.fresh.size() * sizeof(float));
-  p += st.fresh.size() * sizeof(float);
+  const auto *fresh = reinterpret_cast<const float *>(p);
+  if (onebit_on_device()) {
+    if (elems > 0) DSRT_RETURN_IF_ERROR(device_->copy(st.d_fresh.data(), fresh, elems * sizeof(float), nullptr));
+    DSRT_RETURN_IF_ERROR(onebit_lamb_push_device());
+  } else {
+    std::memcpy(st.fresh.data(), fresh, elems * sizeof(float));
+  }
+  p += elems * sizeof(float);
   // The errors are this rank's: they come back only at the world size, and from the rank, that saved them.
   CompressedAllReduce &reduce = onebit_[0].reduce;
   if (comm_->size() > 1 && h.world == static_cast<uint32_t>(comm_->size()) && h.rank == static_cast<uint32_t>(comm_->rank()) &&
       h.worker_elems == reduce.padded_size() && h.server_elems == reduce.chunk_size()) {
-    std::memcpy(reduce.worker_error(), p, h.worker_elems * sizeof(float));
-    std::memcpy(reduce.server_error(), p + h.worker_elems * sizeof(float), h.server_elems * sizeof(float));
+    std::vector<float> worker(h.worker_elems), server(h.server_elems);
+    std::memcpy(worker.data(), p, h.worker_elems * sizeof(float));
+    std::memcpy(server.data(), p + h.worker_elems * sizeof(float), h.server_elems * sizeof(float));
+    DSRT_RETURN_IF_ERROR(reduce.errors_from_host(worker, server));
   } else {
     reduce.reset_errors();
   }

@@ -64,6 +64,8 @@ class CompressedAllReduce {
   }
   // Copies of both errors in host memory, whichever mode (tests, checkpoints).
   Status errors_to_host(std::vector<float> *worker, std::vector<float> *server) const;
+  // Sets both errors from host copies of padded_size() and chunk_size() elements (a checkpoint).
+  Status errors_from_host(const std::vector<float> &worker, const std::vector<float> &server);
   float *worker_error() { return device_ ? d_worker_error_.as<float>() : worker_error_.data(); }
   float *server_error() { return device_ ? d_server_error_.as<float>() : server_error_.data(); }
   const float *worker_error() const { return device_ ? d_worker_error_.as<float>() : worker_error_.data(); }

@@ -56,6 +56,21 @@ Status CompressedAllReduce::errors_to_host(std::vector<float> *worker, std::vect
   return device_->synchronize(stream_);
 }
 
+Status CompressedAllReduce::errors_from_host(const std::vector<float> &worker, const std::vector<float> &server) {
+  const size_t w = world_ > 1 ? padded_ : 0, s = world_ > 1 ? chunk_size() : 0;
+  if (worker.size() != w || server.size() != s)
+    return Error(DSRT_ERR_INVALID_ARGUMENT, "compressed all-reduce: errors of %zu and %zu elements given, %zu and %zu held",
+                 worker.size(), server.size(), w, s);
+  if (device_ == nullptr) {
+    worker_error_ = worker;
+    server_error_ = server;
+    return Status::Ok();
+  }
+  if (w > 0) DSRT_RETURN_IF_ERROR(device_->copy(d_worker_error_.data(), worker.data(), w * sizeof(float), stream_));
+  if (s > 0) DSRT_RETURN_IF_ERROR(device_->copy(d_server_error_.data(), server.data(), s * sizeof(float), stream_));
+  return device_->synchronize(stream_);
+}
+
 void CompressedAllReduce::reset_device_errors() {
   if (d_worker_error_.bytes() > 0) (void)device_->memset(d_worker_error_.data(), 0, d_worker_error_.bytes(), stream_);
   if (d_server_error_.bytes() > 0) (void)device_->memset(d_server_error_.data(), 0, d_server_error_.bytes(), stream_);
