@@ -23,6 +23,7 @@ STEPS = 6
 
 
 def base(stage, gas=1, clip=0.5, optimizer=None, **extra):
+    """clip None: no gradient_clipping key (both engines' default, 1.0 in DeepSpeed 0.19)."""
     config = {
         "train_micro_batch_size_per_gpu": MICRO,
         "gradient_accumulation_steps": gas,
@@ -31,6 +32,8 @@ def base(stage, gas=1, clip=0.5, optimizer=None, **extra):
         "optimizer": optimizer or {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.05, "torch_adam": True}},
         "zero_optimization": {"stage": stage},
     }
+    if clip is None:
+        del config["gradient_clipping"]
     config.update(extra)
     return config
 
@@ -66,6 +69,13 @@ def case_list():
                                                           "warmup_num_steps": 3, "total_num_steps": 8,
                                                           "warmup_type": "linear"}}}, 8))
     cases = [c if len(c) == 4 else c + (1,) for c in cases]
+    # No gradient_clipping key: both engines clip at their default, 1.0 (this job's gradient norms
+    # are 1.3-2.2, so every step is clipped); stage 0 and the partitioned stages clip in different
+    # places in DeepSpeed, and the bf16 row is recomputed in float64 with the same default.
+    for precision, stage in (("fp32", 0), ("fp32", 2), ("bf16", 1)):
+        cases.append(("%s-stage%d-clip-default" % (precision, stage),
+                      base(stage, clip=None, **({"bf16": {"enabled": True}} if precision == "bf16" else {})),
+                      STEPS, 1))
     # Optimizers both have (DeepSpeed's CPU builds of its fused kernels where it has them).
     cases.append(("fp32-stage1-adam-l2", base(1, optimizer={"type": "Adam", "params": {
         "lr": 0.01, "weight_decay": 0.05, "adam_w_mode": False, "torch_adam": True}}), STEPS, 1))
@@ -240,8 +250,10 @@ def run(engine_name, config_path, steps, out_path, resume_at=0, phase=0, checkpo
         times.append(time.perf_counter() - start)
         cpu_times.append(time.process_time() - cpu_start)
         lrs.append(float(engine.get_lr()[0]))
-        scales.append(float(engine.optimizer.loss_scale if engine_name == "deepspeed" and
-                            hasattr(engine.optimizer, "loss_scale") else getattr(engine, "loss_scale", 1.0)))
+        scale = (engine.optimizer.loss_scale if engine_name == "deepspeed" and
+                 hasattr(engine.optimizer, "loss_scale") else getattr(engine, "loss_scale", 1.0))
+        # DeepSpeed's stage-0 fp32 optimizer (clipping on) has a loss_scale method, not a scale: none.
+        scales.append(1.0 if callable(scale) else float(scale))
         group = optimizer.param_groups[0]
         moms.append(float(group["betas"][0]) if "betas" in group else float(group.get("momentum", 0.0)))
     if phase == 1:
@@ -277,7 +289,7 @@ def run_float64(torch, config, model, names, steps, out_path):
             loss = torch.nn.functional.mse_loss(model(x.double()), y.double())
             (loss / gas).backward()
             losses.append(float(loss.detach()))
-        clip = config.get("gradient_clipping", 0.0)
+        clip = config.get("gradient_clipping", 1.0)  # DeepSpeed 0.19's default
         if clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
@@ -309,7 +321,7 @@ def run_lamb(torch, config, model, names, steps, out_path, per_partition):
             loss = torch.nn.functional.mse_loss(model(x.double()), y.double())
             (loss / gas).backward()
             losses.append(float(loss.detach()))
-        clip = config.get("gradient_clipping", 0.0)
+        clip = config.get("gradient_clipping", 1.0)  # DeepSpeed 0.19's default
         if clip > 0:
             torch.nn.utils.clip_grad_norm_(params, clip)
         t = step + 1

@@ -119,7 +119,7 @@ std::vector<KeySpec> build_schema_keys() {
   // dsrt's own: seconds a collective may wait for the other ranks (DSRT_COMM_TIMEOUT_S otherwise).
   k.push_back(with(N_null("comm_timeout", 0.0, true), Support::Implemented,
                    "dsrt's collective timeout in seconds (default: DSRT_COMM_TIMEOUT_S, else 120); not a DeepSpeed key"));
-  k.push_back(N("gradient_clipping", 0.0, 0.0));
+  k.push_back(N("gradient_clipping", 1.0, 0.0));
   k.push_back(B("prescale_gradients", false));
   k.push_back(N("gradient_predivide_factor", 1.0, 0.0, 1e300, true));
   k.push_back(C("communication_data_type", nullptr, dtypes));

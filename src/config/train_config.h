@@ -156,7 +156,7 @@ struct TrainConfig {
   int64_t gradient_accumulation_steps = 1;
   int world_size = 1;
 
-  double gradient_clipping = 0.0;
+  double gradient_clipping = 1.0;  // DeepSpeed 0.19: clip at 1.0 unless the key says otherwise
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
   bool has_communication_data_type = false;

@@ -1,5 +1,6 @@
-// defines: Engine creation, registration, build (rank agreement, partitioning, allocation),
-// tensor access, fp32 read/write and memory accounting. The step pipeline is in engine_step.cpp.
+// defines: Engine creation, registration, the state buffers (allocation, partition-state reads and
+// writes) and memory accounting. Build is in engine_build.cpp, the tensors' access calls in
+// engine_tensors.cpp, the step in engine_step.cpp.
 #include "engine/engine.h"
 #include "optim/step_constants.h"
 
@@ -17,21 +18,6 @@
 #include "util/log.h"
 
 namespace dsrt {
-namespace {
-
-std::string shape_text(const std::vector<int64_t> &shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-uint64_t fnv1a(const void *data, size_t bytes, uint64_t hash = 1469598103934665603ull) {
-  const auto *p = static_cast<const unsigned char *>(data);
-  for (size_t i = 0; i < bytes; ++i) hash = (hash ^ p[i]) * 1099511628211ull;
-  return hash;
-}
-
-}  // namespace
 
 Engine::~Engine() {
   if (order_event_ != nullptr && device_) (void)device_->destroy_event(order_event_);
@@ -173,37 +159,6 @@ Status Engine::add_param(const std::string &name, const int64_t *shape, int ndim
   return Status::Ok();
 }
 
-Status Engine::check_rank_agreement() {
-  if (comm_->size() == 1) return Status::Ok();
-  const uint64_t count = tensors_.size();
-  uint64_t counts[2] = {count, ~count};  // max of ~x is ~min(x): one all-reduce for min and max
-  DSRT_RETURN_IF_ERROR(comm_->all_reduce_u64(counts, 2, ReduceOp::Max).with_context("build: comparing tensor counts"));
-  if (counts[0] != ~counts[1])
-    return Error(DSRT_ERR_COMM,
-                 "build: ranks registered different numbers of tensors (between %llu and %llu; rank %d has %llu); "
-                 "every rank must add the same tensors in the same order",
-                 static_cast<unsigned long long>(~counts[1]), static_cast<unsigned long long>(counts[0]), rank(),
-                 static_cast<unsigned long long>(count));
-  std::vector<uint64_t> hashes(2 * count);
-  for (size_t t = 0; t < count; ++t) {
-    uint64_t h = fnv1a(tensors_[t].name.data(), tensors_[t].name.size());
-    h = fnv1a(tensors_[t].shape.data(), tensors_[t].shape.size() * sizeof(int64_t), h);
-    h = fnv1a(&tensors_[t].group, sizeof tensors_[t].group, h);
-    hashes[t] = h;
-    hashes[count + t] = ~h;
-  }
-  DSRT_RETURN_IF_ERROR(comm_->all_reduce_u64(hashes.data(), hashes.size(), ReduceOp::Max)
-                           .with_context("build: comparing tensor names and shapes"));
-  for (size_t t = 0; t < count; ++t)
-    if (hashes[t] != ~hashes[count + t])
-      return Error(DSRT_ERR_COMM,
-                   "build: ranks disagree on tensor #%zu: rank %d registered '%s' with shape %s in group %d, another "
-                   "rank a different name, shape or group; every rank must add the same tensors in the same order "
-                   "and groups",
-                   t, rank(), tensors_[t].name.c_str(), shape_text(tensors_[t].shape).c_str(), tensors_[t].group);
-  return Status::Ok();
-}
-
 Status Engine::allocate_states() {
   const size_t part = static_cast<size_t>(part_.partition_elems());
   num_states_ = optimizer_state_count(config_.optimizer);
@@ -273,217 +228,7 @@ Status Engine::allocate_offloaded(size_t bytes, const OffloadConfig &offload, De
   return allocate_host(bytes, "allocating offloaded host memory", out);
 }
 
-Status Engine::build() {
-  DSRT_RETURN_IF_ERROR(require_usable("build"));
-  return track(build_impl());
-}
-
-Status Engine::build_impl() {
-  if (built_) return Error(DSRT_ERR_STATE, "build: the engine is already built");
-  if (tensors_.empty())
-    return Error(DSRT_ERR_STATE, "build: no tensors registered; call dsrt_engine_add_param first");
-  DSRT_RETURN_IF_ERROR(groups_.check_consistent().with_context("build"));
-  DSRT_RETURN_IF_ERROR(check_rank_agreement());
-  DSRT_RETURN_IF_ERROR(check_frozen_agreement());
-  DSRT_RETURN_IF_ERROR(mics_build());
-  std::vector<int64_t> numels;
-  for (const TensorInfo &t : tensors_) numels.push_back(t.numel);
-  DSRT_RETURN_IF_ERROR(part_.build(numels, config_.zero.stage, part_comm_->size()));
-  DSRT_RETURN_IF_ERROR(allocate_states());
-
-  // Masters from the hosts' initial values (identical on every rank by contract).
-  if (config_.zero.offload_optimizer.device == OffloadDevice::Nvme) {
-    DSRT_RETURN_IF_ERROR(nvme_build(part_.owned_segments(part_rank())));
-  } else {
-    // The masters may be device memory, bf16, or split by offload_optimizer.ratio: split_state_copy
-    // converts and copies through the device.
-    for (const OwnedSegment &seg : part_.owned_segments(part_rank())) {
-      const TensorInfo &info = tensors_[seg.tensor];
-      if (!info.init.empty())
-        DSRT_RETURN_IF_ERROR(split_state_copy(-1, static_cast<size_t>(seg.part_offset), static_cast<size_t>(seg.count),
-                                              const_cast<float *>(info.init.data() + seg.tensor_begin), true));
-    }
-  }
-  if (part_.flat()) {
-    // Every rank holds the whole working copy; fill it locally instead of gathering.
-    for (size_t t = 0; t < tensors_.size(); ++t)
-      if (!tensors_[t].init.empty())
-        DSRT_RETURN_IF_ERROR(write_working_from_host(tensors_[t].init.data(), static_cast<size_t>(tensors_[t].numel),
-                                                     part_.flat_layout().tensor_offset(t)));
-  } else {
-    // The masters are a copy of the initial values (or zeros), so convert from those directly.
-    for (const OwnedSegment &seg : part_.owned_segments(part_rank())) {
-      const TensorInfo &info = tensors_[seg.tensor];
-      if (!info.init.empty())
-        DSRT_RETURN_IF_ERROR(write_working_from_host(info.init.data() + seg.tensor_begin,
-                                                     static_cast<size_t>(seg.count), seg.part_offset));
-    }
-  }
-  for (TensorInfo &t : tensors_) std::vector<float>().swap(t.init);
-
-  ReducerOptions ro;
-  ro.bucket_elems = config_.zero.reduce_bucket_size;
-  ro.overlap_comm = config_.zero.overlap_comm;
-  ro.reduce_scatter = config_.zero.reduce_scatter;
-  ro.working_dtype = working_dtype();
-  ro.comm_dtype = config_.has_communication_data_type ? config_.communication_data_type : working_dtype();
-  ro.prescale_gradients = config_.prescale_gradients;
-  ro.predivide_factor = config_.gradient_predivide_factor;
-  ro.accumulation_steps = config_.gradient_accumulation_steps;
-  ro.replica_comm = replica_comm_.get();
-  if (stages_through_host()) {
-    // Each range of the gradient partition goes to host memory as soon as it is final, while the
-    // host's backward goes on (DeepSpeed's ZeRO-Offload overlaps this copy with backward too).
-    ro.on_final_range = [this](int64_t part_offset, int64_t count) {
-      return device_
-          ->copy(host_grads_.as<float>() + part_offset, reducer_.grad_partition() + part_offset,
-                 static_cast<size_t>(count) * sizeof(float), nullptr)
-          .with_context("copying reduced gradients to host memory (offload_optimizer)");
-    };
-  }
-  const bool zeropp = config_.zero.zero_quantized_weights || config_.zero.zero_quantized_nontrainable_weights ||
-                      config_.zero.zero_quantized_gradients;
-  if (zeropp && part_.stage() != 3)
-    log_warn_once("zeropp-stage", Format("zero_optimization.zero_quantized_*: ZeRO++ quantized communication acts at "
-                                         "stage 3 only (as in DeepSpeed); stage %d ignores it", part_.stage()));
-  ro.quantized_gradients = part_.stage() == 3 && config_.zero.zero_quantized_gradients;
-  if (ro.quantized_gradients) {
-    // DeepSpeed's group per tensor shape; 1-D tensors (biases, norms) go unquantized.
-    for (const TensorInfo &t : tensors_)
-      ro.qgz_groups.push_back(qgz_group_for_shape(t.shape.data(), static_cast<int>(t.shape.size()), part_comm_->size()));
-  }
-  DSRT_RETURN_IF_ERROR(reducer_.init(&part_, part_comm_.get(), device_.get(), backend_.get(), ro));
-  if (onebit_type() && device_->type() != DSRT_DEVICE_CPU && device_->type() != DSRT_DEVICE_CUDA)
-    return Error(DSRT_ERR_UNSUPPORTED, "optimizer.type %s runs on the CPU and CUDA devices only",
-                 optimizer_type_name(config_.optimizer.type));
-  DSRT_RETURN_IF_ERROR(onebit_build());
-  reducer_.set_divide_by_accumulation(scale_wrt_gas_);
-  reducer_.set_last_micro_step(boundary_override_);
-
-  // Frozen tensors before the coordinator: at stage 3 they are its entries after the trainable ones,
-  // sharded over the coordinator's group (MiCS: the shard group).
-  DSRT_RETURN_IF_ERROR(frozen_.build(part_comm_.get(), device_.get(), working_dtype(), part_.stage()));
-  if (!part_.flat()) {
-    CoordinatorOptions co;
-    co.working_dtype = working_dtype();
-    co.prefetch_bucket_elems = config_.zero.stage3_prefetch_bucket_size;
-    co.max_live_elems = config_.zero.stage3_max_live_parameters;
-    co.max_reuse_distance = config_.zero.stage3_max_reuse_distance;
-    co.persistence_threshold = config_.zero.stage3_param_persistence_threshold;
-    co.quantized_weights = config_.zero.zero_quantized_weights;
-    co.quantized_nontrainable = config_.zero.zero_quantized_nontrainable_weights;
-    std::vector<std::string> names;
-    for (const TensorInfo &t : tensors_) names.push_back(t.name);
-    coordinator_ = std::make_unique<ParamCoordinator>();
-    DSRT_RETURN_IF_ERROR(coordinator_->init(&part_, gather_comm_ ? gather_comm_.get() : part_comm_.get(), device_.get(), co, working_.data(), std::move(names),
-                                            frozen_.entries()));
-    frozen_.attach(coordinator_.get(), tensors_.size());
-    DSRT_RETURN_IF_ERROR(hpz_build());
-    if (config_.zero.offload_param.device != OffloadDevice::None) DSRT_RETURN_IF_ERROR(param_offload_build());
-  }
-  fix_step_lrs();
-  built_ = true;
-  timers_.reset();
-  build_time_ = StepTimers::now();
-  logf(DSRT_LOG_INFO, "engine built: %zu tensors, ZeRO stage %d, %d rank(s), working dtype %s, optimizer states %d",
-       tensors_.size(), part_.stage(), comm_->size(), dtype_name(working_dtype()), num_states_);
-  return Status::Ok();
-}
-
-Status Engine::acquire(size_t t, void **data, dsrt_dtype *dtype) {
-  DSRT_RETURN_IF_ERROR(require_usable("acquire"));
-  return track(acquire_impl(t, data, dtype));
-}
-
-Status Engine::acquire_impl(size_t t, void **data, dsrt_dtype *dtype) {
-  DSRT_RETURN_IF_ERROR(require_built("acquire"));
-  DSRT_RETURN_IF_ERROR(require_no_pending("acquire"));
-  void *ptr = nullptr;
-  if (coordinator_) {
-    DSRT_RETURN_IF_ERROR(coordinator_->acquire(t, &ptr).with_context(Format("acquire('%s')", tensor_name(t).c_str())));
-  } else {
-    ptr = static_cast<char *>(working_.data()) +
-          part_.flat_layout().tensor_offset(t) * static_cast<int64_t>(dtype_size(working_dtype()));
-  }
-  DSRT_RETURN_IF_ERROR(order_host_after_engine());
-  ++tensors_[t].acquired;
-  if (data != nullptr) *data = ptr;
-  if (dtype != nullptr) *dtype = working_dtype();
-  return Status::Ok();
-}
-
-Status Engine::release(size_t t) {
-  DSRT_RETURN_IF_ERROR(require_built("release"));
-  if (tensors_[t].acquired == 0)
-    return Error(DSRT_ERR_STATE, "release('%s'): the tensor is not acquired; pair each release with an acquire",
-                 tensor_name(t).c_str());
-  if (coordinator_) DSRT_RETURN_IF_ERROR(coordinator_->release(t));
-  --tensors_[t].acquired;
-  return Status::Ok();
-}
-
-Status Engine::grad(size_t t, void **grad, dsrt_dtype *dtype) {
-  DSRT_RETURN_IF_ERROR(require_built("grad"));
-  DSRT_RETURN_IF_ERROR(require_no_pending("grad"));
-  if (reducer_.tensor_state(t) == 2) {
-    // A second backward before step() (DeepSpeed's engines allow several backward calls per
-    // step() call): the gradients signalled so far are reduced into the window's accumulation
-    // and a new micro-step of the same window begins. Unready tensors count as zero, as at step().
-    DSRT_RETURN_IF_ERROR(order_after_host());
-    DSRT_RETURN_IF_ERROR(track(reducer_.finish_micro_step())
-                             .with_context(Format("grad('%s'): ending the previous backward of this step", tensor_name(t).c_str())));
-  }
-  void *ptr = nullptr;
-  DSRT_RETURN_IF_ERROR(reducer_.grad(t, &ptr).with_context(Format("grad('%s')", tensor_name(t).c_str())));
-  // The buffer was zeroed on the engine's stream; the host writes it on its own.
-  DSRT_RETURN_IF_ERROR(order_host_after_engine());
-  if (grad != nullptr) *grad = ptr;
-  if (dtype != nullptr) *dtype = working_dtype();
-  return Status::Ok();
-}
-
-Status Engine::grad_ready(size_t t) {
-  DSRT_RETURN_IF_ERROR(require_built("grad_ready"));
-  DSRT_RETURN_IF_ERROR(require_no_pending("grad_ready"));
-  if (reducer_.tensor_state(t) == 2)
-    return Error(DSRT_ERR_STATE,
-                 "grad_ready('%s'): already signalled in this micro-step; signal each tensor once per micro-step",
-                 tensor_name(t).c_str());
-  // The reducer reads what the host's kernels wrote into the buffer.
-  DSRT_RETURN_IF_ERROR(order_after_host());
-  return reducer_.ready(t).with_context(Format("grad_ready('%s')", tensor_name(t).c_str()));
-}
-
 double Engine::current_lr() const { return scheduler_->lr(); }
-
-Status Engine::read_fp32(size_t t, float *out, uint64_t count) {
-  DSRT_RETURN_IF_ERROR(require_usable("read_fp32"));
-  return track(read_fp32_impl(t, out, count));
-}
-
-Status Engine::read_fp32_impl(size_t t, float *out, uint64_t count) {
-  DSRT_RETURN_IF_ERROR(require_built("read_fp32"));
-  const TensorInfo &info = tensors_[t];
-  if (count != static_cast<uint64_t>(info.numel))
-    return Error(DSRT_ERR_INVALID_ARGUMENT, "read_fp32('%s'): count is %llu but the tensor has %lld elements",
-                 info.name.c_str(), static_cast<unsigned long long>(count), static_cast<long long>(info.numel));
-  const OwnedSegment mine = part_.owned_piece(t, part_rank());
-  if (part_.stage() == 0 || part_comm_->size() == 1)
-    return read_partition_state(-1, static_cast<size_t>(mine.part_offset), static_cast<size_t>(info.numel), out)
-        .with_context(Format("read_fp32('%s')", info.name.c_str()));
-  // Every rank contributes its piece into zeros; a sum with zeros is exact. A local read failure
-  // still joins the all-reduce (with zeros) so that the ranks stay in step.
-  std::fill(out, out + info.numel, 0.0f);
-  Status local;
-  if (mine.count > 0)
-    local = read_partition_state(-1, static_cast<size_t>(mine.part_offset), static_cast<size_t>(mine.count),
-                                 out + mine.tensor_begin);
-  if (!local.ok()) std::fill(out, out + info.numel, 0.0f);
-  Status gathered = part_comm_->all_reduce_sync(out, static_cast<size_t>(info.numel), DSRT_F32, ReduceOp::Sum)
-      .with_context(Format("read_fp32('%s'): gathering the master value", info.name.c_str()));
-  if (!gathered.ok()) return gathered;
-  return local.with_context(Format("read_fp32('%s')", info.name.c_str()));
-}
 
 Status Engine::require_no_pending(const char *what) const {
   if (pending_)
@@ -549,105 +294,6 @@ Status Engine::write_partition_state(int state, size_t offset, size_t count, con
   return split_state_copy(state, offset, count, const_cast<float *>(src), true);
 }
 
-Status Engine::write_fp32(size_t t, const float *src, uint64_t count) {
-  DSRT_RETURN_IF_ERROR(require_built("write_fp32"));
-  DSRT_RETURN_IF_ERROR(require_no_pending("write_fp32"));
-  const TensorInfo &info = tensors_[t];
-  if (count != static_cast<uint64_t>(info.numel))
-    return Error(DSRT_ERR_INVALID_ARGUMENT, "write_fp32('%s'): count is %llu but the tensor has %lld elements",
-                 info.name.c_str(), static_cast<unsigned long long>(count), static_cast<long long>(info.numel));
-  for (int64_t i = 0; i < info.numel; ++i)
-    if (!std::isfinite(src[i]))
-      return Error(DSRT_ERR_INVALID_ARGUMENT, "write_fp32('%s'): src[%lld] is not finite", info.name.c_str(),
-                   static_cast<long long>(i));
-  const OwnedSegment mine = part_.owned_piece(t, part_rank());
-  if (mine.count > 0)
-    DSRT_RETURN_IF_ERROR(write_partition_state(-1, static_cast<size_t>(mine.part_offset),
-                                               static_cast<size_t>(mine.count), src + mine.tensor_begin)
-                             .with_context(Format("write_fp32('%s')", info.name.c_str())));
-  if (part_.flat()) {
-    DSRT_RETURN_IF_ERROR(write_working_from_host(src, static_cast<size_t>(info.numel), part_.flat_layout().tensor_offset(t))
-                             .with_context(Format("write_fp32('%s')", info.name.c_str())));
-  } else {
-    if (working_.empty()) {
-      DSRT_RETURN_IF_ERROR(param_nvme_write_shard(t, src).with_context(Format("write_fp32('%s')", info.name.c_str())));
-    } else if (mine.count > 0) {
-      DSRT_RETURN_IF_ERROR(write_working_from_host(src + mine.tensor_begin, static_cast<size_t>(mine.count), mine.part_offset)
-                               .with_context(Format("write_fp32('%s')", info.name.c_str())));
-    }
-    DSRT_RETURN_IF_ERROR(coordinator_->overwrite(t, src).with_context(Format("write_fp32('%s')", info.name.c_str())));
-  }
-  return Status::Ok();
-}
-
-Status Engine::refresh_working_copies() {
-  DSRT_RETURN_IF_ERROR(require_usable("refresh_working_copies"));
-  return track(refresh_working_copies_impl());
-}
-
-Status Engine::refresh_working_copies_impl() {
-  DSRT_RETURN_IF_ERROR(require_built("refresh_working_copies"));
-  DSRT_RETURN_IF_ERROR(param_nvme_open());
-  const size_t wsize = dtype_size(working_dtype());
-  char *working = static_cast<char *>(working_.data());
-  const int64_t base = working_partition_base();
-  const int64_t master_elem = static_cast<int64_t>(dtype_size(master_dtype_));
-  if (stages_through_host()) {
-    if (offload_split_ == 0) {
-      // Host masters: convert into the host staging and copy it up, as the step does.
-      for (const OwnedSegment &seg : part_.owned_segments(part_rank()))
-        DSRT_RETURN_IF_ERROR(host_backend_->convert(master_.as<char>() + seg.part_offset * master_elem, master_dtype_,
-                                                    host_working_.as<char>() + seg.part_offset * static_cast<int64_t>(wsize),
-                                                    working_dtype(), static_cast<size_t>(seg.count)));
-    } else {
-      // The device part of a split (offload_optimizer.ratio, fp32 masters) converts on the device
-      // straight into the working shards; the host part through the host staging.
-      for (const OwnedSegment &seg : part_.owned_segments(part_rank())) {
-        for (int64_t lo = seg.part_offset, end = seg.part_offset + seg.count; lo < end;) {
-          const bool on_device = lo < offload_split_;
-          const int64_t hi = on_device ? std::min(end, offload_split_) : end;
-          if (on_device) {
-            DSRT_RETURN_IF_ERROR(backend_->convert(state_at(-1, lo), DSRT_F32,
-                                                   working + (base + lo) * static_cast<int64_t>(wsize), working_dtype(),
-                                                   static_cast<size_t>(hi - lo)));
-          } else {
-            DSRT_RETURN_IF_ERROR(host_backend_->convert(state_at(-1, lo), DSRT_F32,
-                                                        host_working_.as<char>() + lo * static_cast<int64_t>(wsize),
-                                                        working_dtype(), static_cast<size_t>(hi - lo)));
-          }
-          lo = hi;
-        }
-      }
-      DSRT_RETURN_IF_ERROR(backend_->synchronize());
-    }
-    DSRT_RETURN_IF_ERROR(upload_working_partition());
-  }
-  std::vector<float> staged;  // NVMe: one segment at a time
-  for (const OwnedSegment &seg : part_.owned_segments(part_rank())) {
-    if (stages_through_host()) break;
-    const int64_t at = base + seg.part_offset;
-    if (nvme_) {
-      staged.resize(static_cast<size_t>(seg.count));
-      DSRT_RETURN_IF_ERROR(read_partition_state(-1, static_cast<size_t>(seg.part_offset), staged.size(), staged.data()));
-      DSRT_RETURN_IF_ERROR(write_working_from_host(staged.data(), staged.size(), at));
-      continue;
-    }
-    // Host masters on the CPU device (offload "cpu") convert straight into the working copy.
-    OptimizerBackend &backend = host_optimizer() ? *host_backend_ : *backend_;
-    DSRT_RETURN_IF_ERROR(backend.convert(master_.as<char>() + seg.part_offset * master_elem, master_dtype_,
-                                         working + at * static_cast<int64_t>(wsize), working_dtype(),
-                                         static_cast<size_t>(seg.count)));
-  }
-  DSRT_RETURN_IF_ERROR(backend_->synchronize());
-  if (part_.flat()) {
-    DSRT_RETURN_IF_ERROR(gather_working_partitions());
-    return order_host_after_engine();
-  }
-  DSRT_RETURN_IF_ERROR(coordinator_->refresh());
-  DSRT_RETURN_IF_ERROR(order_host_after_engine());
-  return param_nvme_close();
-}
-
 void Engine::set_client_state(const void *data, uint64_t size) {
   if (data == nullptr || size == 0) {
     client_state_.clear();
@@ -695,7 +341,7 @@ Status Engine::memory(dsrt_memory_stats *out) const {
       for (int i = 0; i < num_states_; ++i) stats.optimizer_states[dev] += dev_states_[i].bytes();
     }
     stats.buffers[host_optimizer() ? DSRT_LOC_HOST : dev] += lamb_update_.bytes();
-    for (const OneBitGroup &group : onebit_) {  // 1-bit Adam: host memory (the CPU device only)
+    for (const OneBitGroup &group : onebit_) {  // the 1-bit optimizers: host or device memory
       stats.optimizer_states[dev] += group.reduce.error_bytes();
       stats.optimizer_states[dev] += group.accumulator.size() * sizeof(float) + group.d_accumulator.bytes();  // 0/1 Adam's u
       stats.buffers[dev] += group.reduce.scratch_bytes() + group.momentum.size() * sizeof(float) + group.d_momentum.bytes();
@@ -705,7 +351,7 @@ Status Engine::memory(dsrt_memory_stats *out) const {
     stats.buffers[dev] += onebit_lamb_.last.size() * sizeof(float) + onebit_lamb_.d_last.bytes() +
                           onebit_lamb_.d_scalars.bytes();
     stats.buffers[DSRT_LOC_HOST] += host_working_.bytes();
-    stats.buffers[dev] += reducer_.buffer_bytes() + gather_staging_.bytes();
+    stats.buffers[dev] += reducer_.buffer_bytes() + stage_->buffer_bytes();
     if (coordinator_) stats.buffers[dev] += coordinator_->cached_bytes();
   }
   *out = stats;  // whole; dsrt_engine_memory copies the caller's struct_size bytes

@@ -56,6 +56,7 @@
 #include "zero/grad_reducer.h"
 #include "zero/param_coordinator.h"
 #include "zero/partition.h"
+#include "zero/zero_stage.h"
 
 namespace dsrt {
 class Engine;
@@ -292,6 +293,14 @@ class Engine {
   Status read_fp32_impl(size_t t, float *out, uint64_t count);
   Status refresh_working_copies_impl();
   Status step_impl(dsrt_step_result *out);
+  // The steps of step_impl (engine_step.cpp), in order.
+  Status finish_micro_step();  // after the host's stream: stage 3's agreement, the micro-step's reduction
+  Status reduce_window();      // at the boundary: the window's reduction, the host copy when offloaded
+  // The gradient norm the ranks agree on (unscaled by unscale); infinity when they overflowed.
+  Status agreed_grad_norm(double unscale, double *norm);
+  void skip_step(dsrt_step_result *result);  // overflow: count it, lower the loss scale
+  // Unscale, clip by result.grad_norm, the optimizer on this rank's partition.
+  Status apply_step(double unscale, const dsrt_step_result &result, double step_start);
   Status check_rank_agreement();
   Status check_frozen_agreement();  // engine_frozen.cpp
   Status allocate_states();
@@ -301,7 +310,6 @@ class Engine {
   void fix_step_lrs();
   // The kernels' hyperparameters of group g for this boundary.
   OptimizerHyper group_hyper(size_t g) const;
-  Status gather_working_partitions();
   void report_progress(const dsrt_step_result &result);
   Status complete_boundary(bool applied, dsrt_step_result &result, dsrt_step_result *out, double step_start);
   Status require_no_pending(const char *what) const;
@@ -474,9 +482,11 @@ class Engine {
                                    const std::vector<std::vector<size_t>> &by_group, float grad_scale);
   Status onebit_lamb_pull_device(OneBitLambEngineState *host, std::vector<float> *fresh) const;
   Status onebit_lamb_push_device();
-  DeviceBuffer gather_staging_;
   GradReducer reducer_;
   std::unique_ptr<ParamCoordinator> coordinator_;  // stage 3
+  // The stage's part of the step (zero_stage.h): drives reducer_ and coordinator_, agrees on the
+  // norm, publishes the working copies. Created at build.
+  std::unique_ptr<ZeroStage> stage_;
 
   ParamGroups groups_;
   std::vector<double> step_lrs_;       // per group: the lr of the boundary being applied / last applied

@@ -1,6 +1,7 @@
 // defines: the training step -- micro-step end, and at the accumulation boundary: reduction,
-// agreed overflow check, global norm, clipping, the optimizer on this rank's partition, the
-// working-copy all-gather, scheduler and loss-scaler updates, and the progress line.
+// agreed overflow check, global norm, clipping, the optimizer on this rank's partition, publishing
+// the working copies, scheduler and loss-scaler updates, and the progress line. What each ZeRO
+// stage does at each of these points is its strategy's (zero/zero_stage.h).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -12,40 +13,6 @@
 #include "util/log.h"
 
 namespace dsrt {
-
-Status Engine::gather_working_partitions() {
-  if (!part_.flat() || part_.stage() == 0 || part_comm_->size() == 1) return Status::Ok();
-  const FlatLayout &flat = part_.flat_layout();
-  const dsrt_dtype wdt = working_dtype();
-  const size_t wsize = dtype_size(wdt);
-  char *working = static_cast<char *>(working_.data());
-  const int64_t p = flat.partition_size();
-  const int world = part_comm_->size();
-  // allgather_bucket_size 0: the whole partition in one all-gather (DeepSpeed's all_gather_into_tensor).
-  const int64_t chunk = config_.zero.allgather_bucket_size > 0 ? config_.zero.allgather_bucket_size : std::max<int64_t>(p, 1);
-  if (p <= chunk) {
-    return part_comm_->all_gather_sync(working + part_rank() * p * static_cast<int64_t>(wsize), working, static_cast<size_t>(p), wdt)
-        .with_context("all-gathering updated working copies");
-  }
-  // Chunks of each partition travel through a staging buffer (the partitions are not adjacent).
-  const size_t staging_bytes = static_cast<size_t>(chunk * world) * wsize;
-  if (gather_staging_.bytes() < staging_bytes) {
-    gather_staging_.reset();
-    DSRT_RETURN_IF_ERROR(device_->allocate(staging_bytes, &gather_staging_).with_context("allocating all-gather staging"));
-  }
-  char *staging = static_cast<char *>(gather_staging_.data());
-  for (int64_t off = 0; off < p; off += chunk) {
-    const int64_t c = std::min(chunk, p - off);
-    DSRT_RETURN_IF_ERROR(part_comm_->all_gather_sync(working + (part_rank() * p + off) * static_cast<int64_t>(wsize), staging,
-                                                static_cast<size_t>(c), wdt)
-                             .with_context("all-gathering updated working copies"));
-    for (int r = 0; r < world; ++r)
-      DSRT_RETURN_IF_ERROR(device_->copy(working + (r * p + off) * static_cast<int64_t>(wsize),
-                                         staging + r * c * static_cast<int64_t>(wsize), static_cast<size_t>(c) * wsize,
-                                         nullptr));
-  }
-  return device_->synchronize(nullptr);
-}
 
 Status Engine::set_stream(void *stream) {
   if (built_) return Error(DSRT_ERR_STATE, "set_stream: call it before dsrt_engine_build");
@@ -227,9 +194,7 @@ Status Engine::optimizer_update(float grad_scale) {
     sums[segments[i].tensor] += param_sq[i];
     sums[n + segments[i].tensor] += update_sq[i];
   }
-  if (part_.stage() > 0 && part_comm_->size() > 1)
-    DSRT_RETURN_IF_ERROR(part_comm_->all_reduce_f64(sums.data(), sums.size(), ReduceOp::Sum)
-                             .with_context("all-reducing Lamb's per-tensor norms"));
+  DSRT_RETURN_IF_ERROR(stage_->agree_tensor_sums(sums.data(), sums.size()));
   std::vector<double> param_norms, update_norms;
   for (const OwnedSegment &seg : segments) {
     param_norms.push_back(std::sqrt(sums[seg.tensor]));
@@ -259,6 +224,10 @@ Status Engine::step(dsrt_step_result *out) {
   return track(step_impl(out));
 }
 
+// One optimizer step (DESIGN.md): the micro-step's gradients reduced; at the boundary the window's
+// reduction, the norm and overflow agreed by the ranks, then either a skipped step or unscale, clip
+// and the optimizer on this rank's partition; then the working copies published, the scheduler
+// and the loss scaler (complete_boundary). The ZeRO stage decides the collectives (zero_stage.h).
 Status Engine::step_impl(dsrt_step_result *out) {
   DSRT_RETURN_IF_ERROR(require_built("step"));
   if (pending_) return nvme_resume_step(out);
@@ -272,14 +241,7 @@ Status Engine::step_impl(dsrt_step_result *out) {
   std::memset(&result, 0, sizeof result);
   result.struct_size = sizeof result;
 
-  // Unready buffers are zeroed and every bucket reduced: after the host's work on its stream.
-  DSRT_RETURN_IF_ERROR(order_after_host());
-  if (coordinator_) DSRT_RETURN_IF_ERROR(coordinator_->end_micro_step());
-  {
-    const double start = StepTimers::now();
-    DSRT_RETURN_IF_ERROR(reducer_.finish_micro_step().with_context("step: reducing gradients"));
-    timers_.add(StepPhase::Reduce, StepTimers::now() - start);
-  }
+  DSRT_RETURN_IF_ERROR(finish_micro_step());
   counters_.micro_step += 1;
   // The boundary: the host's word when it gave one (set_accumulation_boundary), else the count.
   const bool boundary = boundary_override_ >= 0 ? boundary_override_ == 1
@@ -297,19 +259,40 @@ Status Engine::step_impl(dsrt_step_result *out) {
   step_lrs_valid_ = true;
   result.lr = step_lrs_[0];
 
-  {
-    const double start = StepTimers::now();
-    // 1-bit Adam's compression stage keeps the gradients local (the momentum is all-reduced instead),
-    // and so do 0/1 Adam's steps between variance updates and its local steps.
-    reducer_.set_local_only(onebit_compressing());
-    DSRT_RETURN_IF_ERROR(reducer_.reduce_accumulator().with_context("step: reducing accumulated gradients"));
-    DSRT_RETURN_IF_ERROR(stage_host_grads());
-    timers_.add(StepPhase::Reduce, StepTimers::now() - start);
+  DSRT_RETURN_IF_ERROR(reduce_window());
+  const double unscale = reducer_.post_scale() / scaler_.scale();
+  DSRT_RETURN_IF_ERROR(agreed_grad_norm(unscale, &result.grad_norm));
+  const bool overflow = !std::isfinite(result.grad_norm);
+  if (overflow) {
+    skip_step(&result);
+  } else {
+    DSRT_RETURN_IF_ERROR(apply_step(unscale, result, step_start));
   }
+  return complete_boundary(!overflow, result, out, step_start);
+}
 
+Status Engine::finish_micro_step() {
+  // Unready buffers are zeroed and every bucket reduced: after the host's work on its stream.
+  DSRT_RETURN_IF_ERROR(order_after_host());
+  DSRT_RETURN_IF_ERROR(stage_->end_micro_step());
+  const double start = StepTimers::now();
+  DSRT_RETURN_IF_ERROR(stage_->reduce_micro_step().with_context("step: reducing gradients"));
+  timers_.add(StepPhase::Reduce, StepTimers::now() - start);
+  return Status::Ok();
+}
+
+Status Engine::reduce_window() {
+  const double start = StepTimers::now();
+  // 1-bit Adam's compression stage keeps the gradients local (the momentum is all-reduced instead),
+  // and so do 0/1 Adam's steps between variance updates and its local steps.
+  DSRT_RETURN_IF_ERROR(stage_->reduce_boundary(onebit_compressing()).with_context("step: reducing accumulated gradients"));
+  DSRT_RETURN_IF_ERROR(stage_host_grads());
+  timers_.add(StepPhase::Reduce, StepTimers::now() - start);
+  return Status::Ok();
+}
+
+Status Engine::agreed_grad_norm(double unscale, double *norm) {
   // Overflow and norm in one pass over this rank's partition; the ranks agree on both.
-  const double loss_scale = scaler_.scale();
-  const double unscale = reducer_.post_scale() / loss_scale;
   double norm_sq = 0.0;
   bool nonfinite = false;
   {
@@ -318,84 +301,62 @@ Status Engine::step_impl(dsrt_step_result *out) {
     DSRT_RETURN_IF_ERROR(backend.sum_squares(step_grads(), DSRT_F32, static_cast<size_t>(part_.partition_elems()),
                                              static_cast<float>(unscale), &norm_sq, &nonfinite)
                              .with_context("step: the gradient norm"));
-    if (part_.stage() > 0 && comm_->size() > 1) {
-      double values[2] = {nonfinite || !std::isfinite(norm_sq) ? 0.0 : norm_sq, nonfinite ? 1.0 : 0.0};
-      // The partitions tile the partitioning group (MiCS: the shard group, whose replicas hold
-      // the same reduced gradients, so summing over the world would count them again).
-      if (part_comm_->size() > 1)
-        DSRT_RETURN_IF_ERROR(part_comm_->all_reduce_f64(values, 2, ReduceOp::Sum)
-                                 .with_context("step: all-reducing the gradient norm and overflow flag"));
-      if (replica_comm_) {
-        // MiCS: the replicas computed the same values; the world still agrees on them (a maximum of
-        // equal values), so a rank-local fault can never split the ranks into stepping and skipping.
-        DSRT_RETURN_IF_ERROR(comm_->all_reduce_f64(values, 2, ReduceOp::Max)
-                                 .with_context("step: agreeing on the gradient norm across MiCS replicas"));
-      }
-      norm_sq = values[0];
-      nonfinite = values[1] > 0.0;
-    } else if (comm_->size() > 1) {
-      // Stage 0: every rank holds the same reduced gradients (in 1-bit Adam's compression stage
-      // its own local ones, clipped by their own norm as in DeepSpeed); agree on the skip all the same, so a
-      // rank-local fault can never split the ranks into stepping and skipping.
-      double flag = nonfinite || !std::isfinite(norm_sq) ? 1.0 : 0.0;
-      DSRT_RETURN_IF_ERROR(comm_->all_reduce_f64(&flag, 1, ReduceOp::Max)
-                               .with_context("step: agreeing on the overflow flag"));
-      nonfinite = flag > 0.0;
-    }
+    // The ranks agree on both (zero_stage.h: over the partitioning group and MiCS's replicas).
+    DSRT_RETURN_IF_ERROR(stage_->agree_norm(&norm_sq, &nonfinite));
   }
   const bool overflow = nonfinite || !std::isfinite(norm_sq);
-  const double norm = overflow ? std::numeric_limits<double>::infinity() : std::sqrt(norm_sq);
-  result.grad_norm = norm;
+  *norm = overflow ? std::numeric_limits<double>::infinity() : std::sqrt(norm_sq);
+  return Status::Ok();
+}
 
-  if (overflow) {
-    counters_.skipped_steps += 1;
-    scaler_.update(true);
-    result.overflow = 1;
-    if (scaler_.at_minimum_overflow())
-      logf(DSRT_LOG_WARN, "step %lld: fp16 gradients overflowed at the minimum loss scale %g; the step is skipped",
-           static_cast<long long>(counters_.global_step + 1), scaler_.scale());
-    else
-      logf(DSRT_LOG_INFO, "step %lld: %s gradients; step skipped, loss scale now %g",
-           static_cast<long long>(counters_.global_step + 1), config_.fp16.enabled ? "fp16 overflow in" : "non-finite",
-           scaler_.scale());
-  } else {
-    double grad_scale = unscale;
-    if (config_.gradient_clipping > 0.0) {
-      const double coefficient = config_.gradient_clipping / (norm + 1e-6);
-      if (coefficient < 1.0) grad_scale *= coefficient;
-    }
-    if (nvme_) {
-      // Kept until the NVMe pass commits: a failed pass is resumed by the next step() call.
-      pending_ = std::make_unique<PendingStep>();
-      pending_->lrs = step_lrs_;
-      pending_->grad_scale = static_cast<float>(grad_scale);
-      pending_->result = result;
-      pending_->step_start = step_start;
-    }
-    {
-      ScopedPhase phase(timers_, StepPhase::Optimizer);
-      DSRT_RETURN_IF_ERROR(param_nvme_open());
-      DSRT_RETURN_IF_ERROR(optimizer_update(static_cast<float>(grad_scale)));
-    }
-    pending_.reset();
+void Engine::skip_step(dsrt_step_result *result) {
+  counters_.skipped_steps += 1;
+  scaler_.update(true);
+  result->overflow = 1;
+  if (scaler_.at_minimum_overflow())
+    logf(DSRT_LOG_WARN, "step %lld: fp16 gradients overflowed at the minimum loss scale %g; the step is skipped",
+         static_cast<long long>(counters_.global_step + 1), scaler_.scale());
+  else
+    logf(DSRT_LOG_INFO, "step %lld: %s gradients; step skipped, loss scale now %g",
+         static_cast<long long>(counters_.global_step + 1), config_.fp16.enabled ? "fp16 overflow in" : "non-finite",
+         scaler_.scale());
+}
+
+Status Engine::apply_step(double unscale, const dsrt_step_result &result, double step_start) {
+  const double norm = result.grad_norm;
+  double grad_scale = unscale;
+  if (config_.gradient_clipping > 0.0) {
+    const double coefficient = config_.gradient_clipping / (norm + 1e-6);
+    if (coefficient < 1.0) grad_scale *= coefficient;
   }
-  return complete_boundary(!overflow, result, out, step_start);
+  if (nvme_) {
+    // Kept until the NVMe pass commits: a failed pass is resumed by the next step() call.
+    pending_ = std::make_unique<PendingStep>();
+    pending_->lrs = step_lrs_;
+    pending_->grad_scale = static_cast<float>(grad_scale);
+    pending_->result = result;
+    pending_->step_start = step_start;
+  }
+  {
+    ScopedPhase phase(timers_, StepPhase::Optimizer);
+    DSRT_RETURN_IF_ERROR(param_nvme_open());
+    DSRT_RETURN_IF_ERROR(optimizer_update(static_cast<float>(grad_scale)));
+  }
+  pending_.reset();
+  return Status::Ok();
 }
 
 Status Engine::complete_boundary(bool applied, dsrt_step_result &result, dsrt_step_result *out, double step_start) {
   if (applied) {
     {
       ScopedPhase phase(timers_, StepPhase::AllGather);
-      if (coordinator_) {
-        DSRT_RETURN_IF_ERROR(coordinator_->refresh().with_context("step: re-gathering parameters"));
-      } else
-        DSRT_RETURN_IF_ERROR(gather_working_partitions());
+      DSRT_RETURN_IF_ERROR(stage_->publish_working_copies().with_context("step"));
     }
     counters_.applied_steps += 1;
     scheduler_->step();
     scaler_.update(false);
   }
-  reducer_.zero_accumulator();
+  stage_->next_window();
   DSRT_RETURN_IF_ERROR(order_host_after_engine());
   counters_.global_step += 1;
   result.global_step = counters_.global_step;

@@ -1,5 +1,6 @@
-// defines: ParamCoordinator -- ZeRO-3 gathers, the acquire trace, prefetching, reuse and the
-// cross-rank agreement check.
+// defines: ParamCoordinator -- ZeRO-3 gathers, the acquire trace, prefetching, reuse, reads of
+// shards from the shard source. hpZ's secondary partitions are in param_coordinator_hpz.cpp, the
+// cross-rank agreement check in param_coordinator_agreement.cpp.
 #include "zero/param_coordinator.h"
 
 #include <algorithm>
@@ -11,8 +12,6 @@
 
 namespace dsrt {
 namespace {
-
-constexpr uint64_t kReleaseBit = uint64_t{1} << 63;
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -413,88 +412,6 @@ Status ParamCoordinator::release(size_t t) {
     maybe_free(t);
   }
   return Status::Ok();
-}
-
-Status ParamCoordinator::set_secondary_group(Comm *group) {
-  if (group != nullptr && (group->size() < 1 || comm_->size() % group->size() != 0))
-    return Error(DSRT_ERR_CONFIG, "hpZ: a group of %d ranks does not divide the world of %d", group->size(),
-                 comm_->size());
-  drop_secondaries(true);
-  secondary_comm_ = group != nullptr && group->size() > 1 ? group : nullptr;
-  return Status::Ok();
-}
-
-int64_t ParamCoordinator::secondary_elems(size_t t) const {
-  return shard_size(t) * (comm_->size() / secondary_comm_->size());
-}
-
-// Cuts this rank's secondary partition from the full gathered copy (same bytes as the shards the
-// world gather assembled). Only the first release after the shards changed makes one.
-Status ParamCoordinator::make_secondary(size_t t) {
-  TensorState &ts = tensors_[t];
-  if (secondary_comm_ == nullptr || ts.persistent || !ts.secondary.empty() || ts.gathered.empty()) return Status::Ok();
-  DSRT_RETURN_IF_ERROR(wait_pending(t));
-  const size_t bytes = static_cast<size_t>(secondary_elems(t)) * dtype_size(options_.working_dtype);
-  DSRT_RETURN_IF_ERROR(device_->allocate(bytes, &ts.secondary, false)
-                           .with_context(Format("allocating the hpZ secondary partition of '%s'", names_[t].c_str())));
-  const char *from = static_cast<const char *>(ts.gathered.data()) + static_cast<size_t>(secondary_comm_->rank()) * bytes;
-  Status status = device_->copy(ts.secondary.data(), from, bytes, nullptr);
-  if (status.ok()) status = device_->synchronize(nullptr);
-  if (!status.ok()) ts.secondary.reset();
-  return status.with_context(Format("cutting the hpZ secondary partition of '%s'", names_[t].c_str()));
-}
-
-void ParamCoordinator::drop_secondaries(bool frozen_too) {
-  for (TensorState &ts : tensors_) {
-    if (ts.secondary.empty() || (ts.frozen && !frozen_too)) continue;
-    if (ts.pending) {  // a gather may still read it (callers have none in flight; this is a guard)
-      const size_t t = static_cast<size_t>(&ts - tensors_.data());
-      Status status = wait_pending(t);
-      if (!status.ok()) logf(DSRT_LOG_ERROR, "hpZ: %s", status.message().c_str());
-    }
-    ts.secondary.reset();
-  }
-}
-
-uint64_t ParamCoordinator::secondary_bytes() const {
-  uint64_t bytes = 0;
-  for (const TensorState &ts : tensors_) bytes += ts.secondary.bytes();
-  return bytes;
-}
-
-Status ParamCoordinator::check_agreement() {
-  if (comm_->size() == 1) return Status::Ok();
-  uint64_t hash = 1469598103934665603ull;
-  for (uint64_t e : current_) hash = (hash ^ e) * 1099511628211ull;
-  const uint64_t length = current_.size();
-  uint64_t values[4] = {hash, length, ~hash, ~length};
-  DSRT_RETURN_IF_ERROR(comm_->all_reduce_u64(values, 4, ReduceOp::Max)
-                           .with_context("ZeRO-3: comparing the ranks' acquire/release sequences"));
-  if (values[0] == ~values[2] && values[1] == ~values[3]) return Status::Ok();
-  const uint64_t min_length = ~values[3];
-  std::vector<uint64_t> entries(2 * min_length);
-  for (uint64_t i = 0; i < min_length; ++i) {
-    entries[i] = current_[i];
-    entries[min_length + i] = ~current_[i];
-  }
-  DSRT_RETURN_IF_ERROR(comm_->all_reduce_u64(entries.data(), entries.size(), ReduceOp::Max)
-                           .with_context("ZeRO-3: locating where the ranks' sequences differ"));
-  uint64_t first = min_length;
-  for (uint64_t i = 0; i < min_length; ++i)
-    if (entries[i] != ~entries[min_length + i]) {
-      first = i;
-      break;
-    }
-  std::string mine = "nothing (this rank's sequence ended)";
-  if (first < current_.size()) {
-    const uint64_t e = current_[first];
-    mine = Format("%s('%s')", (e & kReleaseBit) ? "release" : "acquire", names_[e & ~kReleaseBit].c_str());
-  }
-  return Error(DSRT_ERR_COMM,
-               "ZeRO-3: ranks acquired or released parameters in different orders in this micro-step; at call #%llu "
-               "rank %d did %s while another rank did something else. Every rank must acquire and release the same "
-               "tensors in the same order",
-               static_cast<unsigned long long>(first), comm_->rank(), mine.c_str());
 }
 
 Status ParamCoordinator::end_micro_step() {

@@ -224,7 +224,8 @@ class ParamCoordinator {
   size_t acquires_ = 0;           // acquires so far in this micro-step
   std::vector<size_t> trace_;     // recorded acquire order
   bool trace_valid_ = false;
-  std::vector<size_t> current_;   // this micro-step's acquires
+  std::vector<size_t> current_;   // this micro-step's acquires, and releases (t | kReleaseBit)
+  static constexpr uint64_t kReleaseBit = uint64_t{1} << 63;
   bool following_ = false;        // this micro-step still matches the trace
   int64_t prefetch_hits_ = 0;
   double gather_seconds_ = 0;

@@ -169,7 +169,9 @@ inline void train_step(LoraEngine &le, int64_t step, int rank, bool base_second 
 }
 
 // The float64 reference of `steps` steps on `world` ranks' data: AdamW on the averaged gradients
-// (engine_test_util.h's RefOptimizer), the base fixed.
+// (engine_test_util.h's RefOptimizer), the base fixed, the gradients clipped as lora_config's
+// gradient_clipping says (DeepSpeed's default 1.0: coefficient 1 / (norm + 1e-6) when below 1,
+// the norm over the adapters' gradients only, a frozen tensor having none).
 inline void reference(int64_t steps, int world, std::vector<double> *a_out, std::vector<double> *b_out) {
   const std::vector<float> base = base_init();
   const std::vector<double> w(base.begin(), base.end());
@@ -187,6 +189,16 @@ inline void reference(int64_t steps, int world, std::vector<double> *a_out, std:
       lora_grads(batch(s, r), w, params[0].p, params[1].p, &ga, &gb);
       for (size_t i = 0; i < ga.size(); ++i) grads[0][i] += ga[i] / world;
       for (size_t i = 0; i < gb.size(); ++i) grads[1][i] += gb[i] / world;
+    }
+    const double clip = lora_config(0).gradient_clipping;
+    if (clip > 0.0) {
+      double sq = 0.0;
+      for (const auto &g : grads)
+        for (double x : g) sq += x * x;
+      const double coefficient = clip / (std::sqrt(sq) + 1e-6);
+      if (coefficient < 1.0)
+        for (auto &g : grads)
+          for (double &x : g) x *= coefficient;
     }
     opt.step(params, grads, opt.config.lr);
   }

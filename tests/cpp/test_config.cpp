@@ -125,7 +125,8 @@ TEST(Config, EmptyConfigMeansDeepSpeedDefaults) {
   EXPECT_EQ(resolved.train_batch_size, 4);
   EXPECT_EQ(resolved.world_size, 4);
   EXPECT_EQ(resolved.steps_per_print, defaults.steps_per_print);
-  EXPECT_EQ(resolved.gradient_clipping, 0.0);
+  EXPECT_EQ(resolved.gradient_clipping, 1.0);  // DeepSpeed 0.19's GRADIENT_CLIPPING_DEFAULT
+  EXPECT_EQ(defaults.gradient_clipping, 1.0);
   EXPECT_FALSE(resolved.fp16.enabled);
   EXPECT_EQ(resolved.fp16.initial_scale_power, 16);
   EXPECT_EQ(resolved.fp16.loss_scale_window, 1000);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 
+#include "config/config.h"
 #include "engine_test_util.h"
 
 namespace dsrt {
@@ -162,6 +163,51 @@ TEST(EngineSingle, ClippingScalesByMaxNormOverNorm) {
   EXPECT_LT(run_against_reference(config, 2, 9), 1e-6);
 }
 
+// A config without "gradient_clipping" clips at DeepSpeed 0.19's default, 1.0: the engine built from
+// it matches a float64 run that clips at 1.0 (coefficient 1.0 / (norm + 1e-6)), and not one that
+// does not clip.
+TEST(EngineSingle, ConfigWithoutClippingKeyClipsAtOne) {
+  std::unique_ptr<Config> parsed;
+  Status s = Config::parse(R"({"optimizer": {"type": "SGD", "params": {"lr": 0.01, "weight_decay": 0.01}},
+                              "steps_per_print": null})",
+                           "test", &parsed);
+  ASSERT_TRUE(s.ok()) << s.message();
+  TrainConfig config;
+  s = parsed->resolve(1, &config);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(config.gradient_clipping, 1.0);
+  std::vector<dsrt_step_result> results;
+  EXPECT_LT(run_against_reference(config, 3, 41, &results), 1e-6);
+  for (const dsrt_step_result &r : results) EXPECT_GT(r.grad_norm, 10.0);  // every step clipped
+  TrainConfig unclipped = config;
+  unclipped.gradient_clipping = 0.0;
+  EngineRun run = make_run(config, 41);
+  RefPipeline clipped_ref(config, run.init), unclipped_ref(unclipped, run.init);
+  std::mt19937 rng(7);
+  for (int step = 0; step < 2; ++step) {
+    std::vector<std::vector<double>> grads(kShapes.size());
+    for (size_t k = kShapes.size(); k-- > 0;) {
+      const std::vector<float> g = random_values(rng, static_cast<size_t>(numel_of(kShapes[k])), 1.0f);
+      grads[k].assign(g.begin(), g.end());
+      ASSERT_TRUE(testing_util::update_grad(*run.engine, k, [&](void *buffer, dsrt_dtype dtype) {
+                    add_grad(buffer, dtype, grads[k], 1.0);
+                  }).ok());
+      ASSERT_TRUE(run.engine->grad_ready(k).ok());
+    }
+    const double lr = run.engine->current_lr();
+    dsrt_step_result result;
+    result.struct_size = sizeof result;
+    ASSERT_TRUE(run.engine->step(&result).ok());
+    EXPECT_GT(result.grad_norm, 10.0);
+    clipped_ref.micro_step(grads, lr);
+    unclipped_ref.micro_step(grads, lr);
+  }
+  std::vector<float> got(static_cast<size_t>(numel_of(kShapes[1])));
+  ASSERT_TRUE(run.engine->read_fp32(1, got.data(), got.size()).ok());
+  EXPECT_LT(relative_error(got, clipped_ref.tensors[1].p), 1e-6);
+  EXPECT_GT(relative_error(got, unclipped_ref.tensors[1].p), 1e-3);
+}
+
 TEST(EngineSingle, PredivideAndPrescaleKeepTheAverage) {
   TrainConfig config = base_config(OptimizerType::AdamW);
   config.gradient_predivide_factor = 8.0;
@@ -286,6 +332,7 @@ TEST(EngineSingle, ReportedLrIsTheOneUsed) {
   config.scheduler.warmup_min_lr = 0.0;
   config.scheduler.warmup_max_lr = 0.1;
   config.scheduler.warmup_num_steps = 4;
+  config.gradient_clipping = 0.0;  // plain SGD steps: the movement is the lr
   EngineRun run = make_run(config, 8, {{5}});
   Engine &e = *run.engine;
   double previous_lr = -1;
@@ -311,6 +358,7 @@ TEST(EngineSingle, ReportedLrIsTheOneUsed) {
 TEST(EngineSingle, UnreadyGradientsCountAsZero) {
   TrainConfig config = base_config(OptimizerType::SGD);
   config.optimizer.weight_decay = 0;
+  config.gradient_clipping = 0.0;  // plain SGD steps: the movement is lr * grad
   EngineRun run = make_run(config, 12, {{4}, {6}});
   Engine &e = *run.engine;
   const std::vector<float> before = read_all(e);

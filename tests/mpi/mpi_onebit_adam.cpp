@@ -132,6 +132,7 @@ TrainConfig onebit_config() {
   c.optimizer.eps = 1e-8;
   c.optimizer.weight_decay = 0.01;
   c.optimizer.freeze_step = kFreeze;
+  c.gradient_clipping = 0.0;  // the float64 recomputation of DeepSpeed's algorithm does not clip
   c.steps_per_print = 0;
   c.zero.stage = 0;
   return c;

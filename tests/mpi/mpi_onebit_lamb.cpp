@@ -45,6 +45,7 @@ TrainConfig lamb_config() {
   c.optimizer.min_coeff = 0.01;
   c.steps_per_print = 0;
   c.zero.stage = 0;
+  c.gradient_clipping = 0.0;  // the float64 recomputation of DeepSpeed's algorithm does not clip
   return c;
 }
 

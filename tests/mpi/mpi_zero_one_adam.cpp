@@ -48,6 +48,7 @@ TrainConfig zero_one_config() {
   c.optimizer.var_update_scaler = kVarScaler;
   c.optimizer.local_step_scaler = kLocalScaler;
   c.optimizer.local_step_clipper = kLocalClipper;
+  c.gradient_clipping = 0.0;  // the float64 recomputation of DeepSpeed's algorithm does not clip
   c.steps_per_print = 0;
   c.zero.stage = 0;
   return c;

@@ -10,9 +10,10 @@ Forms:
                     lr_scheduler as a callable building LambdaLR on the optimizer initialize returns.
 
 check(comm, stage, form, kind, dtype) trains 20 steps on this rank's shard of each batch and compares
-every parameter with torch trained on the whole batch (fp32: < 1e-5 relative; bf16: within bf16
-rounding of the fp32 masters). Run under mpirun: groups_front_worker.py SEED prints failures and
-exits non-zero.
+every parameter with torch trained on the whole batch, clipped at DeepSpeed's default norm 1.0 (the
+configs have no gradient_clipping key; the Trainer's "auto" with max_grad_norm 1.0 comes to the same)
+(fp32: < 1e-5 relative; bf16: within bf16 rounding of the fp32 masters). Run under mpirun:
+groups_front_worker.py SEED prints failures and exits non-zero.
 """
 import copy
 import os
@@ -104,6 +105,7 @@ def check(comm, stage, form, kind="AdamW", dtype="fp32", seed=0):
         if host_sched is not None:
             host_sched.step()
         (sum(torch.nn.functional.mse_loss(reference(sx), sy) for sx, sy in shards) / world).backward()
+        torch.nn.utils.clip_grad_norm_(reference.parameters(), 1.0)  # no gradient_clipping key: DeepSpeed's 1.0
         ref_opt.step()
         ref_opt.zero_grad()
         ref_sched.step()

@@ -105,7 +105,9 @@ def as_sent(g):
 
 
 def zero_config(stage, optimizer):
-    config = {"train_micro_batch_size_per_gpu": 1, "optimizer": optimizer,
+    # No clipping (DeepSpeed's default clips at 1.0): run_torch is plain torch.optim; the boundaries
+    # case sets its own gradient_clipping and clips its reference the same way.
+    config = {"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 0, "optimizer": optimizer,
               "zero_optimization": {"stage": stage, "reduce_bucket_size": 300, "allgather_bucket_size": 300,
                                     "stage3_param_persistence_threshold": 40}}
     if DTYPE == "fp16":

@@ -101,6 +101,42 @@ def test_matches_torch_adamw_with_clipping(stage, gas):
     engine.close()
 
 
+@pytest.mark.parametrize("stage", [0, 2, 3])
+def test_config_without_gradient_clipping_clips_at_one(stage):
+    """No gradient_clipping key: DeepSpeed 0.19's default 1.0, i.e. torch's clip_grad_norm_(1.0) on
+    the averaged gradients (coefficient 1.0 / (norm + 1e-6) when below 1)."""
+    torch.manual_seed(3)
+    model = Net()
+    reference, unclipped = copy.deepcopy(model), copy.deepcopy(model)
+    config = ds_config(stage, gas=2)
+    del config["gradient_clipping"], config["scheduler"]
+    engine, *_ = dsrt.initialize(model=model, model_parameters=model.parameters(), config=config)
+    assert engine._config.get_number("gradient_clipping") == 1.0
+    optimizers = [torch.optim.AdamW(m.parameters(), lr=0.02, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.01)
+                  for m in (reference, unclipped)]
+    for i, (x, y) in enumerate(batches(8, seed=5)):
+        y = 3.0 * y  # gradient norms well above 1 on every step
+        engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+        engine.step()
+        for m in (reference, unclipped):
+            (torch.nn.functional.mse_loss(m(x), y) / 2).backward()
+        if i % 2 == 1:
+            norm = float(torch.nn.utils.clip_grad_norm_(reference.parameters(), 1.0))
+            assert norm > 2.0, "the job must clip: norm %g" % norm
+            assert math.isclose(engine.get_global_grad_norm(), norm, rel_tol=1e-4)
+            for opt in optimizers:
+                opt.step()
+                opt.zero_grad()
+    far = 0.0
+    for (name, param), other in zip(reference.named_parameters(), unclipped.parameters()):
+        ours = engine.get_fp32_param(name)
+        err = (ours - param.detach()).norm() / param.detach().norm()
+        assert err < 1e-5, "%s: relative error %g at stage %d" % (name, err, stage)
+        far = max(far, float((ours - other.detach()).norm() / other.detach().norm()))
+    assert far > 1e-3, "clipping made no difference (%g): the test would pass without it" % far
+    engine.close()
+
+
 def test_stage3_parameters_are_empty_outside_use_and_gathered_on_request():
     model = Net()
     engine, *_ = dsrt.initialize(model=model, config=ds_config(3))

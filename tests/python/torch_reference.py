@@ -4,12 +4,16 @@ shared part of the tests that take torch.optim as the reference."""
 import torch
 
 
-def train_beside(engine, reference, reference_optimizer, batches):
-    """One engine step and one reference step per (x, y) batch, on the MSE loss."""
+def train_beside(engine, reference, reference_optimizer, batches, clip=1.0):
+    """One engine step and one reference step per (x, y) batch, on the MSE loss. The reference clips
+    its gradients to a global norm of `clip` (0: not at all) with torch's clip_grad_norm_, DeepSpeed's
+    rule; the default 1.0 is DeepSpeed 0.19's gradient_clipping when the config has no such key."""
     for x, y in batches:
         engine.backward(torch.nn.functional.mse_loss(engine(x), y))
         engine.step()
         torch.nn.functional.mse_loss(reference(x), y).backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(reference.parameters(), clip)
         reference_optimizer.step()
         reference_optimizer.zero_grad()
 

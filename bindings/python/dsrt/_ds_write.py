@@ -280,7 +280,7 @@ def write(ckpt, ds_dir, stage=None, world_size=None, dtype=None, buffers=None, s
                 slices.append(mapping)
             osd = {
                 "loss_scaler": scaler, "dynamic_loss_scale": bool(scaler.state["dynamic"]),
-                "overflow": False, "clip_grad": float(config.get("gradient_clipping", 0.0) or 0.0),
+                "overflow": False, "clip_grad": float(config.get("gradient_clipping", 1.0) or 0.0),
                 "base_optimizer_state": {"state": state, "param_groups": [
                     _torch_group(group_values[g], optimizer, g, [g]) for g in range(ngroups)]},
                 "single_partition_of_fp32_groups": singles, "zero_stage": Record(*_ZERO_STAGE, args=(stage,)),

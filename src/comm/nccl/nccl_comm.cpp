@@ -1,6 +1,7 @@
 // defines: NcclComm (collectives on a communication stream, host buffers staged through device
 // memory, timeouts by polling ncclCommGetAsyncError and aborting; split by ncclCommSplit) behind
-// nccl_comm_make (nccl_shared.h); nccl_create.cpp creates the first one.
+// nccl_comm_make (nccl_shared.h); nccl_create.cpp creates the first one. Its handles are
+// nccl_request.cpp's, its fp32 block-exchange paths nccl_blocks.cpp's.
 #include "comm/nccl/nccl_comm.h"
 
 #ifdef DSRT_HAVE_NCCL
@@ -29,57 +30,6 @@ namespace nccl_internal {
 namespace {
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Sum ? ncclSum : op == ReduceOp::Max ? ncclMax : ncclMin; }
-int kernel_op(ReduceOp op) { return op == ReduceOp::Sum ? 0 : op == ReduceOp::Max ? 1 : 2; }
-
-class NcclRequest final : public CommRequest {
- public:
-  NcclRequest(std::shared_ptr<Shared> shared, cudaEvent_t done, std::vector<Arg> args, std::string what,
-              Clock::time_point until)
-      : shared_(std::move(shared)), done_(done), args_(std::move(args)), what_(std::move(what)), until_(until) {}
-  ~NcclRequest() override {
-    if (!waited_) release();
-  }
-  Status wait() override {
-    if (waited_) return result_;
-    waited_ = true;
-    result_ = shared_->wait_event(done_, what_, until_);
-    if (result_.ok()) result_ = copy_out();
-    release();
-    return result_;
-  }
-
- private:
-  // Results of staged host buffers, now that the collective is done on the GPU.
-  Status copy_out() {
-    DSRT_CUDA_OK(cudaSetDevice(shared_->device), what_);
-    bool any = false;
-    for (const Arg &a : args_)
-      if (a.staged && a.out && a.bytes > 0) {
-        DSRT_CUDA_OK(cudaMemcpyAsync(a.ptr, a.dev, a.bytes, cudaMemcpyDeviceToHost, shared_->copy_stream),
-                     what_ + ": copying the result to host memory");
-        any = true;
-      }
-    if (any) DSRT_CUDA_OK(cudaStreamSynchronize(shared_->copy_stream), what_);
-    return Status::Ok();
-  }
-  void release() {
-    std::lock_guard<std::mutex> guard(shared_->mutex);
-    if (cudaSetDevice(shared_->device) != cudaSuccess) return;
-    for (Arg &a : args_)
-      if (a.staged && a.dev != nullptr) cudaFreeAsync(a.dev, shared_->stream);
-    args_.clear();
-    if (done_ != nullptr) cudaEventDestroy(done_);
-    done_ = nullptr;
-  }
-
-  std::shared_ptr<Shared> shared_;
-  cudaEvent_t done_;
-  std::vector<Arg> args_;
-  std::string what_;
-  Clock::time_point until_;
-  bool waited_ = false;
-  Status result_;
-};
 
 using Body = std::function<Status(const std::vector<Arg> &, const std::string &, Clock::time_point)>;
 
@@ -110,8 +60,8 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
                                             "ncclAllReduce", w, until);
                    BlockLayout layout = split_blocks(count, s_->size);
                    char *own = b + layout.offset[s_->rank] * e;
-                   DSRT_RETURN_IF_ERROR(reduce_blocks(b, own, layout, dtype, op, w, until));
-                   return gather_blocks(own, b, layout, e, w, until);
+                   DSRT_RETURN_IF_ERROR(reduce_blocks(s_.get(), b, own, layout, dtype, op, w, until));
+                   return gather_blocks(s_.get(), own, b, layout, e, w, until);
                  });
   }
 
@@ -129,7 +79,7 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
                      return s_->nccl_locked(ncclReduceScatter(a[0].dev, a[1].dev, recv_count, ncclFloat32, ncclSum,
                                                               s_->comm, s_->stream),
                                             "ncclReduceScatter", w, until);
-                   return reduce_blocks(a[0].dev, a[1].dev, equal_blocks(recv_count, s_->size), dtype, op, w, until);
+                   return reduce_blocks(s_.get(), a[0].dev, a[1].dev, equal_blocks(recv_count, s_->size), dtype, op, w, until);
                  });
   }
 
@@ -146,7 +96,7 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
                   {recv, layout.count[s_->rank] * e, false, true}},
                  [=](const std::vector<Arg> &a, const std::string &w, Clock::time_point until) -> Status {
                    if (!(dtype == DSRT_F32 && op == ReduceOp::Sum))
-                     return reduce_blocks(a[0].dev, a[1].dev, layout, dtype, op, w, until);
+                     return reduce_blocks(s_.get(), a[0].dev, a[1].dev, layout, dtype, op, w, until);
                    // One ncclReduce per owner, grouped: uneven blocks in fp32.
                    DSRT_RETURN_IF_ERROR(s_->nccl_locked(ncclGroupStart(), "ncclGroupStart", w, until));
                    for (int r = 0; r < s_->size; ++r) {
@@ -197,7 +147,7 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
                  [=](const std::vector<Arg> &a, const std::string &w, Clock::time_point until) {
                    const void *from =
                        in_place ? static_cast<char *>(a[0].dev) + layout.offset[s_->rank] * e : a[1].dev;
-                   return gather_blocks(from, a[0].dev, layout, e, w, until);
+                   return gather_blocks(s_.get(), from, a[0].dev, layout, e, w, until);
                  });
   }
 
@@ -351,62 +301,6 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
   }
 
  private:
-  // The fp32 path for every reduction NCCL would do in 16 bits or without NaN: each rank sends
-  // every peer that peer's block (grouped send/recv, the buffer's own dtype on the wire) and
-  // reduces the copies of its own block with one kernel. Caller holds the mutex.
-  Status reduce_blocks(const void *send, void *recv, const BlockLayout &layout, dsrt_dtype dtype, ReduceOp op,
-                       const std::string &w, Clock::time_point until) {
-    const int me = s_->rank, n = s_->size;
-    const size_t e = dtype_size(dtype), own = layout.count[me], block = own * e;
-    const char *base = static_cast<const char *>(send);
-    void *scratch = nullptr;
-    if (n > 1 && block > 0)
-      DSRT_CUDA_OK(cudaMallocFromPoolAsync(&scratch, block * (n - 1), s_->pool, s_->stream),
-                   w + Format(": %zu bytes of receive scratch", block * (n - 1)));
-    auto free_scratch = [&] {
-      if (scratch != nullptr) cudaFreeAsync(scratch, s_->stream);
-    };
-    Status status = s_->nccl_locked(ncclGroupStart(), "ncclGroupStart", w, until);
-    for (int p = 0; p < n && status.ok(); ++p) {
-      if (p == me) continue;
-      ncclResult_t rc = ncclSuccess;
-      if (layout.count[p] > 0)
-        rc = ncclSend(base + layout.offset[p] * e, layout.count[p] * e, ncclUint8, p, s_->comm, s_->stream);
-      if ((rc == ncclSuccess || rc == ncclInProgress) && block > 0)
-        rc = ncclRecv(static_cast<char *>(scratch) + static_cast<size_t>(p < me ? p : p - 1) * block, block,
-                      ncclUint8, p, s_->comm, s_->stream);
-      if (rc != ncclSuccess && rc != ncclInProgress) {
-        ncclGroupEnd();
-        status = s_->nccl_locked(rc, "ncclSend/ncclRecv", w, until);
-      }
-    }
-    if (status.ok()) status = s_->nccl_locked(ncclGroupEnd(), "ncclGroupEnd (block exchange)", w, until);
-    if (status.ok())
-      status = cuda_reduce_rank_blocks(recv, base + layout.offset[me] * e, scratch, me, n, own, dtype,
-                                       kernel_op(op), s_->stream);
-    free_scratch();
-    if (!status.ok() && !s_->broken) return s_->break_locked(status.with_context(w));
-    return status;
-  }
-
-  // Every rank's block of layout into recv (grouped broadcasts from each owner). Caller holds
-  // the mutex.
-  Status gather_blocks(const void *own, void *recv, const BlockLayout &layout, size_t e, const std::string &w,
-                       Clock::time_point until) {
-    DSRT_RETURN_IF_ERROR(s_->nccl_locked(ncclGroupStart(), "ncclGroupStart", w, until));
-    for (int r = 0; r < s_->size; ++r) {
-      if (layout.count[r] == 0) continue;
-      char *block = static_cast<char *>(recv) + layout.offset[r] * e;
-      const void *from = r == s_->rank ? own : block;
-      ncclResult_t rc = ncclBroadcast(from, block, layout.count[r] * e, ncclUint8, r, s_->comm, s_->stream);
-      if (rc != ncclSuccess && rc != ncclInProgress) {
-        ncclGroupEnd();
-        return s_->nccl_locked(rc, "ncclBroadcast", w, until);
-      }
-    }
-    return s_->nccl_locked(ncclGroupEnd(), "ncclGroupEnd (block gather)", w, until);
-  }
-
   // All-to-all of block bytes per rank: grouped ncclSend/ncclRecv with every peer, this rank's own
   // block copied on the device.
   Status exchange_blocks(std::string what, const void *send, void *recv, size_t block, CommHandle *handle) {
@@ -467,7 +361,7 @@ class NcclComm final : public Comm, public DeviceOrderedComm {
       if (!s_->broken) return s_->break_locked(status);
       return status;
     }
-    *handle = std::make_unique<NcclRequest>(s_, done, std::move(args), std::move(w), until);
+    *handle = nccl_request_make(s_, done, std::move(args), std::move(w), until);
     return Status::Ok();
   }
 

@@ -1,6 +1,7 @@
-// nccl_shared.h -- what the NCCL communicator (nccl_comm.cpp) and its creation (nccl_create.cpp)
-// share: the state a communicator and its outstanding handles hold (streams, scratch pool, the
-// NCCL communicator, the broken state), checked CUDA calls, and the creation helpers split() uses.
+// nccl_shared.h -- what the NCCL communicator (nccl_comm.cpp, its handles in nccl_request.cpp, its
+// fp32 paths in nccl_blocks.cpp) and its creation (nccl_create.cpp) share: the state a
+// communicator and its outstanding handles hold (streams, scratch pool, the NCCL communicator, the
+// broken state), checked CUDA calls, and the creation helpers split() uses.
 // Only with DSRT_HAVE_NCCL.
 #pragma once
 
@@ -13,8 +14,10 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "comm/comm.h"
+#include "comm/comm_checks.h"
 #include "util/log.h"
 
 namespace dsrt {
@@ -168,6 +171,23 @@ Status make_shared_state(int device, std::shared_ptr<Shared> *out);
 Status wait_created(ncclComm_t comm, const std::string &where, double timeout_s);
 // The communicator over a created state.
 std::shared_ptr<Comm> nccl_comm_make(std::shared_ptr<Shared> shared);
+
+// The handle of an enqueued collective (nccl_request.cpp): wait() waits for done under the
+// deadline until, copies the staged host buffers of args that are out back, and frees the staging
+// and the event (so does destruction without a wait).
+CommHandle nccl_request_make(std::shared_ptr<Shared> shared, cudaEvent_t done, std::vector<Arg> args, std::string what,
+                             Clock::time_point until);
+
+// The fp32 path for a reduction NCCL would do in 16 bits or without NaN (nccl_blocks.cpp): each
+// rank sends every peer that peer's block of layout (grouped send/recv, the buffer's own dtype on
+// the wire) and reduces the copies of its own block into recv with one kernel. A failure breaks
+// the communicator. The caller holds s->mutex.
+Status reduce_blocks(Shared *s, const void *send, void *recv, const BlockLayout &layout, dsrt_dtype dtype, ReduceOp op,
+                     const std::string &w, Clock::time_point until);
+// Every rank's block of layout into recv (grouped broadcasts from each owner; own is this rank's).
+// The caller holds s->mutex.
+Status gather_blocks(Shared *s, const void *own, void *recv, const BlockLayout &layout, size_t e, const std::string &w,
+                     Clock::time_point until);
 
 }  // namespace nccl_internal
 }  // namespace dsrt

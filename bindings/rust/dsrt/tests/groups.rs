@@ -2,9 +2,11 @@
 //! the safe API, against a float64 SGD computed here: w -= lr_g(step) * (mean gradient).
 use dsrt::{Config, Device, DeviceType, Engine};
 
+/// No clipping (DeepSpeed's default clips at 1.0): the reference below is plain SGD, on gradients
+/// whose norm is above 1.
 fn config(stage: i32, gas: i32) -> Config {
     Config::parse(&format!(
-        r#"{{"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": {gas},
+        r#"{{"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": {gas}, "gradient_clipping": 0,
             "optimizer": {{"type": "SGD", "params": {{"lr": 0.1}}}},
             "zero_optimization": {{"stage": {stage}}}}}"#
     ))

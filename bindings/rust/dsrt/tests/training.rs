@@ -53,7 +53,8 @@ fn converges_stage3() {
 }
 
 /// The master weights after each of the first steps equal a float64 Adam (bias-corrected,
-/// eps outside the square root, no weight decay) fed the same gradients.
+/// eps outside the square root, no weight decay) fed the same gradients, clipped as DeepSpeed does
+/// when the config has no gradient_clipping key (max norm 1.0: times 1 / (norm + 1e-6) when below 1).
 #[test]
 fn first_steps_match_float64_adam() {
     let (lr, b1, b2, eps) = (0.05f64, 0.9f64, 0.999f64, 1e-8f64);
@@ -74,6 +75,8 @@ fn first_steps_match_float64_adam() {
         let g: Vec<f64> = gw.iter().chain(&gb).map(|&x| x as f32 as f64).collect();
         let norm = g.iter().map(|x| x * x).sum::<f64>().sqrt();
         assert!((r.grad_norm - norm).abs() <= 1e-4 * norm, "step {step}: grad_norm {} vs {norm}", r.grad_norm);
+        let coefficient = (1.0 / (norm + 1e-6)).min(1.0);
+        let g: Vec<f64> = g.iter().map(|x| x * coefficient).collect();
         for i in 0..p.len() {
             m[i] = b1 * m[i] + (1.0 - b1) * g[i];
             v[i] = b2 * v[i] + (1.0 - b2) * g[i] * g[i];
