@@ -8,6 +8,9 @@
 // DeepSpeed's non-offload host rule (every GPU's process holds an fp32 copy while loading). NVMe
 // offload (stage 3 only, as in DeepSpeed) moves the bytes DeepSpeed counts for CPU offload from
 // host memory to NVMe; with no NVMe in the choice, the formulas reduce to DeepSpeed's exactly.
+// Those 16 bytes include the 4 of the fp32 gradient: dsrt's stage-3 engine swaps its gradient
+// partition with the optimizer states, and its dsrt_engine_memory reports them on NVMe
+// (tests/cpp/test_offload_nvme_grads.cpp compares the two).
 //
 // ZeRO-Offload++ (--offload-ratio R < 1, stage 3 with optimizer offload to the CPU; DeepSpeed's
 // estimator has no such option): a fraction 1 - R of the partition keeps its fp32 master and Adam

@@ -322,9 +322,11 @@ Status Engine::memory(dsrt_memory_stats *out) const {
     stats.working_params[DSRT_LOC_NVME] += param_nvme_shard_bytes();
     if (param_nvme_) stats.buffers[DSRT_LOC_HOST] += param_nvme_->host_bytes();
     if (nvme_) {
-      // Gradients stay in host memory; masters and states live in the swap files.
+      // Masters and states live in the swap files; the gradients too at stage 3 on the CPU device
+      // (the pool buffers that carry them are counted below), else in host memory.
       const uint64_t elems = static_cast<uint64_t>(part_.partition_elems());
       stats.gradients[DSRT_LOC_HOST] += reducer_.accumulator_bytes();
+      if (grad_swap_) stats.gradients[DSRT_LOC_NVME] += grad_swap_->bytes_on_disk();
       stats.master_params[DSRT_LOC_NVME] += elems * dtype_size(master_dtype_);
       stats.optimizer_states[DSRT_LOC_NVME] += elems * dtype_size(state_dtype_) * static_cast<uint64_t>(num_states_);
       stats.buffers[DSRT_LOC_HOST] += nvme_->host_bytes();

@@ -47,6 +47,7 @@
 #include "engine/step_timers.h"
 #include "monitor/monitor_csv.h"
 #include "monitor/monitor_events.h"
+#include "offload/grad_swap.h"
 #include "offload/nvme_swapper.h"
 #include "optim/cpu_optimizer.h"
 #include "optim/onebit_lamb.h"
@@ -188,6 +189,13 @@ class Engine {
   bool nvme_offload() const { return nvme_ != nullptr; }
   NvmeSwapper *nvme_swapper() const { return nvme_.get(); }  // tests: fault injection, statistics
   const SubGroupPipelineStats &last_nvme_step() const { return nvme_stats_; }
+  // Stage 3 with offload_optimizer "nvme" on the CPU device: the gradient partition is swapped too
+  // (engine_nvme_grads.cpp); null otherwise. last_nvme_norm_pass(): the boundary's norm pass over it.
+  GradSwap *nvme_grad_swap() const { return grad_swap_.get(); }
+  // Tests and benchmarks: before build, keep the gradient partition in memory under NVMe offload
+  // (the route before gradient swapping), to compare memory and step time against it.
+  Status set_nvme_gradient_swap(bool on);
+  const SubGroupPipelineStats &last_nvme_norm_pass() const { return nvme_norm_stats_; }
   void *working_copy() const { return working_.data(); }  // nullptr between steps with offload_param
   bool param_offload() const { return param_source_ != nullptr; }     // offload_param "cpu" or "nvme"
   bool param_nvme_offload() const { return param_nvme_ != nullptr; }  // offload_param "nvme"
@@ -384,6 +392,16 @@ class Engine {
   std::vector<SubGroup> nvme_groups_;
   std::vector<int64_t> nvme_group_begin_;  // one more entry than nvme_groups_ (the partition's end)
   SubGroupPipelineStats nvme_stats_;
+  // Gradient swapping (engine_nvme_grads.cpp): sub-group g's fp32 gradient is array "g<g>.grad",
+  // read by the optimizer pass beside its master and states (never written back by it).
+  bool nvme_swaps_gradients() const;
+  std::string nvme_grad_array(size_t group) const;
+  Status nvme_grads_build();
+  void nvme_grad_reducer_options(ReducerOptions *options);
+  Status nvme_grad_sum_squares(float scale, double *sum, bool *nonfinite);
+  bool nvme_gradient_swap_ = true;
+  std::unique_ptr<GradSwap> grad_swap_;  // after nvme_: destroyed first (it borrows nvme_'s store)
+  SubGroupPipelineStats nvme_norm_stats_;
   // A boundary whose NVMe optimizer pass failed: the next step() call resumes it from
   // next_group (the sub-groups before it hold the new step) instead of starting a micro-step.
   struct PendingStep {

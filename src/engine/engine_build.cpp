@@ -125,6 +125,7 @@ Status Engine::build_impl() {
           .with_context("copying reduced gradients to host memory (offload_optimizer)");
     };
   }
+  if (grad_swap_) nvme_grad_reducer_options(&ro);  // stage 3 NVMe: the gradient partition is swapped
   const bool zeropp = config_.zero.zero_quantized_weights || config_.zero.zero_quantized_nontrainable_weights ||
                       config_.zero.zero_quantized_gradients;
   if (zeropp && part_.stage() != 3)

@@ -62,6 +62,9 @@ Status Engine::nvme_build(const std::vector<OwnedSegment> &segments) {
     const uint64_t elems = static_cast<uint64_t>(std::min(nvme_group_begin_[g + 1], part) - begin);
     for (int s = -1; s < num_states_; ++s)
       nvme_groups_[g].arrays.push_back(SubGroupArray{nvme_array(g, s), elems * dtype_size(s < 0 ? master_dtype_ : state_dtype_)});
+    // Stage 3 swaps the fp32 gradient too (engine_nvme_grads.cpp): read for the step, not written back.
+    if (nvme_swaps_gradients())
+      nvme_groups_[g].arrays.push_back(SubGroupArray{nvme_grad_array(g), elems * sizeof(float), false});
     buffer_bytes = std::max(buffer_bytes, SubGroupPipeline::buffer_bytes(nvme_groups_[g]));
   }
   NvmeSwapperOptions options;
@@ -99,6 +102,8 @@ Status Engine::nvme_build(const std::vector<OwnedSegment> &segments) {
       DSRT_RETURN_IF_ERROR(nvme_->store().write(nvme_array(g, s), buffer, n * dtype_size(state_dtype_)));
     }
   }
+  lease.release();  // buffer_count may be 1
+  if (nvme_swaps_gradients()) DSRT_RETURN_IF_ERROR(nvme_grads_build());
   logf(DSRT_LOG_INFO, "NVMe optimizer offload: %zu sub-group(s) of up to %lld elements, %zu buffers of %zu bytes in '%s'",
        groups, static_cast<long long>(largest), nvme_->pool().buffer_count(), nvme_->pool().buffer_size(),
        nvme_->store().folder().c_str());
@@ -154,6 +159,7 @@ Status Engine::nvme_optimizer_update(float grad_scale, size_t first_group) {
   const float *grads = step_grads();
   char *working = staged ? host_working_.as<char>() : static_cast<char *>(working_.data());
   const int64_t part = part_.partition_elems();
+  if (grad_swap_) DSRT_RETURN_IF_ERROR(grad_swap_->finish_window());  // done by the norm pass, unless resumed
   first_group = std::min(first_group, nvme_groups_.size());
   const std::vector<SubGroup> todo(nvme_groups_.begin() + static_cast<std::ptrdiff_t>(first_group), nvme_groups_.end());
 
@@ -170,7 +176,8 @@ Status Engine::nvme_optimizer_update(float grad_scale, size_t first_group) {
       OptimizerSlice s;
       if (master_dtype_ == DSRT_BF16) s.master_bf16 = static_cast<uint16_t *>(view.data[0]) + (lo - begin);
       else s.master = view.f32(0) + (lo - begin);
-      s.grad = grads + lo;
+      // Swapped gradients arrive with the sub-group (its last array); else the partition in memory.
+      s.grad = grad_swap_ ? view.f32(view.data.size() - 1) + (lo - begin) : grads + lo;
       s.grad_dtype = DSRT_F32;
       for (int i = 0; i < num_states_; ++i) {
         if (state_dtype_ == DSRT_BF16)

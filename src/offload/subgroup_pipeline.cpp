@@ -138,6 +138,7 @@ Status SubGroupPipeline::run(const std::vector<SubGroup> &groups, const SubGroup
     }
 
     for (size_t a = 0; a < groups[i].arrays.size(); ++a) {
+      if (!groups[i].arrays[a].write_back) continue;
       SwapTicket ticket;
       Status status = store_.swap_out(groups[i].arrays[a].name, current.view.data[a], current.view.bytes[a], &ticket);
       if (!status.ok()) {

@@ -27,6 +27,7 @@ namespace dsrt {
 struct SubGroupArray {
   std::string name;  // the array's name in the SwapStore
   uint64_t bytes = 0;
+  bool write_back = true;  // false: read for the step only (its gradient), never written back
 };
 
 struct SubGroup {

@@ -102,6 +102,14 @@ Status GradReducer::init(const Partitioning *partitioning, Comm *comm, Device *d
     end = begin;
   }
 
+  const int outside = (options_.map_range ? 1 : 0) + (options_.flush_ranges ? 1 : 0) + (options_.on_window_start ? 1 : 0);
+  if (outside != 0 && outside != 3)
+    return Error(DSRT_ERR_INVALID_ARGUMENT, "gradient reducer: map_range, flush_ranges and on_window_start go together");
+  if (outside != 0 && part_->stage() != 3)
+    return Error(DSRT_ERR_INVALID_ARGUMENT, "gradient reducer: a gradient partition outside the reducer needs ZeRO "
+                                            "stage 3, not %d", part_->stage());
+  accumulator_.reset();
+  if (outside != 0) return Status::Ok();
   // Stages 0-1 accumulate the whole flat space; stages 2-3 only this rank's partition.
   const int64_t accum_elems = part_->stage() <= 1 ? part_->flat_layout().total() : part_->partition_elems();
   DSRT_RETURN_IF_ERROR(device_->allocate(static_cast<size_t>(accum_elems) * sizeof(float), &accumulator_)
@@ -110,6 +118,7 @@ Status GradReducer::init(const Partitioning *partitioning, Comm *comm, Device *d
 }
 
 float *GradReducer::grad_partition() const {
+  if (accumulator_.empty()) return nullptr;
   float *base = accumulator_.as<float>();
   if (part_->stage() == 1) return base + part_->flat_layout().partition(rank_).begin;
   return base;
@@ -352,8 +361,8 @@ Status GradReducer::complete(InFlight &op) {
     for (size_t t = bucket.first; t < bucket.last; ++t) {
       const ElemRange owned = shards.owned_range(t, rank_);
       if (!owned.empty()) {
-        DSRT_RETURN_IF_ERROR(add_into(accum + shards.shard_offset(t), base + pos * static_cast<int64_t>(rsize), rdt,
-                                      static_cast<size_t>(owned.size()), 1.0f));
+        DSRT_RETURN_IF_ERROR(
+            accumulate_partition(shards.shard_offset(t), base + pos * static_cast<int64_t>(rsize), rdt, owned.size()));
         finished.push_back({shards.shard_offset(t), shards.shard_offset(t) + owned.size()});
       }
       pos += shards.shard_size(t);
@@ -366,6 +375,25 @@ Status GradReducer::complete(InFlight &op) {
   reduce_seconds_ += now_seconds() - start;
   if (last_micro_step())
     for (const ElemRange &range : finished) DSRT_RETURN_IF_ERROR(deliver_final(range.begin, range.size()));
+  return Status::Ok();
+}
+
+Status GradReducer::accumulate_partition(int64_t part_offset, const char *src, dsrt_dtype dtype, int64_t n) {
+  if (!options_.map_range)
+    return add_into(accumulator_.as<float>() + part_offset, src, dtype, static_cast<size_t>(n), 1.0f);
+  const size_t size = dtype_size(dtype);
+  for (int64_t done = 0; done < n;) {
+    float *dst = nullptr;
+    int64_t mapped = 0;
+    DSRT_RETURN_IF_ERROR(options_.map_range(part_offset + done, n - done, &dst, &mapped));
+    if (dst == nullptr || mapped <= 0 || mapped > n - done)
+      return Error(DSRT_ERR_INTERNAL, "gradient reducer: map_range returned %lld elements for %lld",
+                   static_cast<long long>(mapped), static_cast<long long>(n - done));
+    DSRT_RETURN_IF_ERROR(add_into(dst, src + done * static_cast<int64_t>(size), dtype, static_cast<size_t>(mapped), 1.0f));
+    // The memory is valid until the next map_range: the addition must be done.
+    DSRT_RETURN_IF_ERROR(backend_->synchronize());
+    done += mapped;
+  }
   return Status::Ok();
 }
 
@@ -398,6 +426,8 @@ Status GradReducer::finish_micro_step() {
   first_micro_step_ = false;
   micro_in_window_ += 1;
   next_issue_ = 0;
+  // The partition kept outside: everything this micro-step accumulated is written out.
+  if (options_.flush_ranges) DSRT_RETURN_IF_ERROR(options_.flush_ranges());
   return Status::Ok();
 }
 
@@ -457,6 +487,7 @@ void GradReducer::zero_accumulator() {
   first_micro_step_ = true;
   micro_in_window_ = 0;
   final_delivered_ = false;
+  if (options_.on_window_start) options_.on_window_start();
 }
 
 Status GradReducer::add_into(float *dst, const void *src, dsrt_dtype dtype, size_t n, float scale) {

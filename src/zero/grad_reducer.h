@@ -63,6 +63,15 @@ struct ReducerOptions {
   // chunk of the boundary reduction at stages 0-1. ZeRO-Offload copies each range to host memory
   // here, overlapping the copy with the rest of backward. May be empty.
   std::function<Status(int64_t part_offset, int64_t count)> on_final_range;
+  // Stage 3 with the gradient partition kept outside the reducer (ZeRO-Infinity's gradient
+  // swapping to NVMe, host-memory devices only): no accumulator is allocated and grad_partition()
+  // is null. Each reduced range is accumulated -- on the first micro-step of a window written, as
+  // into the accumulator -- into the host memory map_range returns for [part_offset, +*mapped)
+  // (called until the range is covered); flush_ranges runs once every bucket of a micro-step is
+  // done, on_window_start when zero_accumulator() opens a new window. All three or none.
+  std::function<Status(int64_t part_offset, int64_t count, float **dst, int64_t *mapped)> map_range;
+  std::function<Status()> flush_ranges;
+  std::function<void()> on_window_start;
   // ZeRO++ qgZ (zero_quantized_gradients, stage 3 on more than one rank): each bucket's
   // reduce-scatter becomes quantized_reduce.h's hierarchical all-to-all over the nodes of
   // comm_split_by_node. qgz_groups[t]: tensor t's quantization group (qgz_group_for_shape; 0
@@ -98,8 +107,9 @@ class GradReducer {
   bool final_ranges_delivered() const { return final_delivered_ && static_cast<bool>(options_.on_final_range); }
 
   // This rank's accumulated gradient in partition coordinates (OwnedSegment::part_offset), fp32,
-  // partition_elems() long, padding zero.
+  // partition_elems() long, padding zero. Null when options.map_range keeps it elsewhere.
   float *grad_partition() const;
+  bool partition_outside() const { return static_cast<bool>(options_.map_range); }
   // Multiply accumulated values by this to get the averaged (still loss-scaled) gradient.
   double post_scale() const;
   // Whether post_scale divides by accumulation_steps (DeepSpeed's scale_wrt_gas; default true).
@@ -164,6 +174,8 @@ class GradReducer {
     return last_override_ >= 0 ? last_override_ != 0 : micro_in_window_ + 1 >= options_.accumulation_steps;
   }
   Status deliver_final(int64_t part_offset, int64_t count);
+  // Stage 3: the partition's [part_offset, +n) (+)= src, into the accumulator or map_range's memory.
+  Status accumulate_partition(int64_t part_offset, const char *src, dsrt_dtype dtype, int64_t n);
 
   const Partitioning *part_ = nullptr;
   Comm *comm_ = nullptr;

@@ -1,0 +1,66 @@
+// defines: the engine's gradient swapping under NVMe optimizer offload at stage 3 (ZeRO-Infinity
+// swaps the gradient partition as it does the optimizer states): the reducer accumulates each
+// reduced range into its sub-group's gradient array through GradSwap (src/offload/grad_swap.h)
+// instead of a partition-sized host buffer; at the boundary a read-only pass over the arrays gives
+// the norm and overflow flag (bitwise what cpu_sum_squares over the in-memory partition gives), and
+// the optimizer pass reads each sub-group's gradient with its master and states (engine_nvme.cpp).
+#include "engine/engine.h"
+#include "optim/sum_squares_stream.h"
+#include "util/log.h"
+
+namespace dsrt {
+
+bool Engine::nvme_swaps_gradients() const {
+  // On a GPU the partition is reduced in device memory and copied to host_grads_ (not swapped yet).
+  return nvme_gradient_swap_ && part_.stage() == 3 && config_.zero.offload_optimizer.device == OffloadDevice::Nvme &&
+         device_->type() == DSRT_DEVICE_CPU;
+}
+
+Status Engine::set_nvme_gradient_swap(bool on) {
+  if (built_) return Error(DSRT_ERR_STATE, "set_nvme_gradient_swap: call it before dsrt_engine_build");
+  nvme_gradient_swap_ = on;
+  return Status::Ok();
+}
+
+std::string Engine::nvme_grad_array(size_t group) const { return Format("g%zu.grad", group); }
+
+Status Engine::nvme_grads_build() {
+  grad_swap_ = std::make_unique<GradSwap>(nvme_->store(), nvme_->pool(), nvme_group_begin_,
+                                          [this](size_t g) { return nvme_grad_array(g); });
+  return grad_swap_->initialize().with_context("build: the gradient swap files (offload_optimizer nvme)");
+}
+
+void Engine::nvme_grad_reducer_options(ReducerOptions *options) {
+  GradSwap *swap = grad_swap_.get();
+  options->map_range = [swap](int64_t offset, int64_t count, float **dst, int64_t *mapped) {
+    return swap->map(offset, count, dst, mapped);
+  };
+  options->flush_ranges = [swap]() {
+    return swap->flush().with_context("writing this micro-step's gradients to the swap files (offload_optimizer nvme)");
+  };
+  options->on_window_start = [swap]() { swap->begin_window(); };
+}
+
+Status Engine::nvme_grad_sum_squares(float scale, double *sum, bool *nonfinite) {
+  DSRT_RETURN_IF_ERROR(grad_swap_->finish_window());
+  const size_t groups = grad_swap_->sub_groups();
+  std::vector<SubGroup> todo(groups);
+  for (size_t g = 0; g < groups; ++g)
+    todo[g].arrays.push_back(SubGroupArray{nvme_grad_array(g), grad_swap_->array_bytes(g), false});
+  SumSquaresStream stream(static_cast<size_t>(part_.partition_elems()));
+  auto add = [&stream](const SubGroupView &view) -> Status {
+    stream.add(view.f32(0), static_cast<size_t>(view.count_f32(0)));
+    return Status::Ok();
+  };
+  SubGroupPipelineStats stats;
+  const Status status = nvme_->pipeline().run(todo, add, &stats);
+  nvme_norm_stats_ = stats;
+  DSRT_RETURN_IF_ERROR(status.with_context("reading the swapped gradients for their norm"));
+  if (stream.added() != static_cast<size_t>(part_.partition_elems()))
+    return Error(DSRT_ERR_INTERNAL, "gradient norm pass: %zu of %lld elements read", stream.added(),
+                 static_cast<long long>(part_.partition_elems()));
+  *sum = stream.finish(scale, nonfinite);
+  return Status::Ok();
+}
+
+}  // namespace dsrt

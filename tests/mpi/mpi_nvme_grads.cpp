@@ -1,0 +1,102 @@
+// dsrt-mpi-ranks: 1 2 4
+// Stage 3 with offload_optimizer "nvme" across ranks: each rank's gradient partition lives in its own
+// swap files (no partition-sized gradient buffer in memory), and the fp32 weights, gradient norms
+// and skips are bitwise those of the in-memory engine, with gradient accumulation, fp16 with an
+// overflow on one rank only (every rank skips), and clipping.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "../cpp/offload_test_util.h"
+#include "mpi_test_main.h"
+
+namespace dsrt {
+namespace {
+
+using namespace offload_test;
+
+std::shared_ptr<Comm> g_world;
+
+const std::vector<std::vector<int64_t>> kShapes = {{7}, {1000}, {33, 65}, {3000}, {5}, {1, 1}, {129}};
+
+// Rank-dependent gradients; an inf on the last rank only at boundary 2 when poison.
+void run(Engine &e, int steps, int gas, bool poison, std::vector<dsrt_step_result> *out) {
+  for (int s = 0; s < steps; ++s) {
+    for (int m = 0; m < gas; ++m) {
+      const uint32_t seed = static_cast<uint32_t>(1 + s * gas + m);
+      for (size_t t = e.num_tensors(); t-- > 0;) {
+        ASSERT_TRUE(e.acquire(t, nullptr, nullptr).ok());
+        std::vector<float> g = gaussian(seed * 7919u + static_cast<uint32_t>(e.rank()) * 131u + static_cast<uint32_t>(t),
+                                        static_cast<size_t>(e.tensor_numel(t)), 0.1f);
+        if (poison && s == 2 && m == gas - 1 && t == 3 && e.rank() == g_world->size() - 1)
+          g[17] = std::numeric_limits<float>::infinity();
+        const Status written = testing_util::update_grad(e, t, [&g](void *buffer, dsrt_dtype dtype) {
+          for (size_t i = 0; i < g.size(); ++i) from_float(buffer, dtype, i, g[i]);
+        });
+        ASSERT_TRUE(written.ok()) << written.message();
+        ASSERT_TRUE(e.grad_ready(t).ok());
+        ASSERT_TRUE(e.release(t).ok());
+      }
+      dsrt_step_result r;
+      std::memset(&r, 0, sizeof r);
+      r.struct_size = sizeof r;
+      const Status st = e.step(&r);
+      ASSERT_TRUE(st.ok()) << st.message();
+      if (r.boundary) out->push_back(r);
+    }
+  }
+}
+
+TEST(MpiNvmeGrads, BitwiseTheInMemoryEngine) {
+  struct Case {
+    int gas;
+    bool fp16;
+    bool pipeline;
+    int64_t sub_group;
+  };
+  for (const Case &c : {Case{1, false, false, 400}, Case{2, true, true, 400}, Case{3, false, true, 0}}) {
+    SCOPED_TRACE(Format("gas %d fp16 %d pipeline %d sub_group %lld", c.gas, c.fp16, c.pipeline,
+                        static_cast<long long>(c.sub_group)));
+    TempFolder folder;  // each rank its own scratch folder
+    TrainConfig config = base_config(3);
+    config.gradient_accumulation_steps = c.gas;
+    config.fp16.enabled = c.fp16;
+    if (c.fp16) config.gradient_clipping = 1e-5;  // the host's gradients count as loss-scaled (2^16)
+    std::unique_ptr<Engine> reference, offloaded;
+    Status s = make_engine(config, g_world, kShapes, &reference);
+    ASSERT_TRUE(s.ok()) << s.message();
+    set_nvme(&config, folder.path, c.sub_group, c.pipeline ? 4 : 2, c.pipeline);
+    s = make_engine(config, g_world, kShapes, &offloaded);
+    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_NE(offloaded->nvme_grad_swap(), nullptr);
+    EXPECT_EQ(offloaded->grad_reducer().grad_partition(), nullptr);
+    std::vector<dsrt_step_result> want, got;
+    run(*reference, 4, c.gas, c.fp16, &want);
+    run(*offloaded, 4, c.gas, c.fp16, &got);
+    ASSERT_EQ(want.size(), got.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(std::memcmp(&want[i].grad_norm, &got[i].grad_norm, sizeof(double)), 0) << "step " << i;
+      EXPECT_EQ(want[i].overflow, got[i].overflow) << "step " << i;
+    }
+    if (c.fp16) {
+      EXPECT_EQ(got[2].overflow, 1);
+    }
+    EXPECT_GT(got[0].grad_norm, config.gradient_clipping) << "clipping must act in this test";
+    expect_bitwise_equal(read_all(*reference), read_all(*offloaded));
+    dsrt_memory_stats mem;
+    std::memset(&mem, 0, sizeof mem);
+    mem.struct_size = sizeof mem;
+    ASSERT_TRUE(offloaded->memory(&mem).ok());
+    EXPECT_EQ(mem.gradients[DSRT_LOC_NVME], static_cast<uint64_t>(offloaded->partitioning().partition_elems()) * 4);
+    EXPECT_EQ(mem.gradients[DSRT_LOC_HOST] + mem.gradients[DSRT_LOC_DEVICE], 0u);
+    EXPECT_EQ(offloaded->last_nvme_norm_pass().bytes_read, mem.gradients[DSRT_LOC_NVME]);
+    offloaded.reset();
+    ASSERT_TRUE(g_world->barrier().ok());
+  }
+}
+
+}  // namespace
+}  // namespace dsrt
+
+int main(int argc, char **argv) { return dsrt::run_mpi_gtests(argc, argv, "mpi_nvme_grads", &dsrt::g_world); }
