@@ -12,6 +12,7 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_collective.h"
 #include "ckpt/ckpt_frozen.h"
+#include "ckpt/ckpt_onebit.h"
 #include "ckpt/crc32c.h"
 #include "ckpt/file_io.h"
 #include "ckpt/manifest.h"
@@ -95,6 +96,7 @@ struct Staged {
   std::vector<AlignedBuffer> streams;  // partition_elems floats each, in this rank's layout (segments filled)
   std::vector<uint8_t> client_state;
   std::vector<std::vector<float>> frozen;  // this rank's part of each frozen tensor
+  std::vector<uint8_t> onebit_lamb;        // OneBitLamb's state for this rank (ckpt_onebit.h)
 };
 
 Status stage(PartitionedState &engine, const std::string &tag_dir, Staged *out) {
@@ -140,6 +142,7 @@ Status stage(PartitionedState &engine, const std::string &tag_dir, Staged *out) 
   }
 
   DSRT_RETURN_IF_ERROR(stage_frozen(engine, m, tag_dir, &out->frozen));
+  DSRT_RETURN_IF_ERROR(stage_onebit_lamb(engine, m, tag_dir, &out->onebit_lamb));
   if (m.client_state_bytes > 0) {
     const std::string path = join_file_path(tag_dir, kClientStateFile);
     std::string bytes;
@@ -189,6 +192,7 @@ Status commit(PartitionedState &engine, const Staged &staged) {
   // DeepSpeed's OnebitAdam.load_state_dict drops them (so a load at any world size works); 0/1
   // Adam's accumulated update, learning-rate sums and interval policy restart with them.
   engine.onebit_reset_errors();
+  DSRT_RETURN_IF_ERROR(commit_onebit_lamb(engine, staged.onebit_lamb));  // OneBitLamb keeps them (same world)
   const bool dynamic = engine.scaler_dynamic();
   if (dynamic && m.scaler_dynamic) {
     engine.set_scaler_state(m.scaler);

@@ -17,6 +17,7 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_collective.h"
 #include "ckpt/ckpt_frozen.h"
+#include "ckpt/ckpt_onebit.h"
 #include "ckpt/crc32c.h"
 #include "ckpt/file_io.h"
 #include "ckpt/manifest.h"
@@ -36,7 +37,8 @@ std::vector<std::string> state_names(const TrainConfig &config, int count) {
     case OptimizerType::AdamW:
     case OptimizerType::Lamb:
     case OptimizerType::OneBitAdam:
-    case OptimizerType::ZeroOneAdam: names = {"exp_avg", "exp_avg_sq"}; break;
+    case OptimizerType::ZeroOneAdam:
+    case OptimizerType::OneBitLamb: names = {"exp_avg", "exp_avg_sq"}; break;
     case OptimizerType::Lion: names = {"exp_avg"}; break;
     case OptimizerType::SGD: names = {"momentum_buffer"}; break;
     case OptimizerType::Adagrad: names = {"sum"}; break;
@@ -295,6 +297,7 @@ Status save_checkpoint(PartitionedState &engine, const std::string &dir, const s
     status = save_16bit_model(engine, join_file_path(temp_dir, kModel16File), leader);
   std::vector<ManifestFrozen> frozen;
   if (status.ok()) status = agree_on_status(comm, save_frozen(engine, temp_dir, leader, &frozen));
+  if (status.ok()) status = agree_on_status(comm, save_onebit_lamb(engine, temp_dir));
   if (status.ok()) status = comm.all_reduce_u64(bytes.data(), world, ReduceOp::Max);
   if (status.ok()) status = comm.all_reduce_u64(crcs.data(), world, ReduceOp::Max);
   if (!status.ok()) {

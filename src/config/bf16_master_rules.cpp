@@ -13,6 +13,8 @@ const char *type_text(OptimizerType type) {
     case OptimizerType::Adagrad: return "Adagrad";
     case OptimizerType::Lion: return "Lion";
     case OptimizerType::OneBitAdam: return "OneBitAdam";
+    case OptimizerType::ZeroOneAdam: return "ZeroOneAdam";
+    case OptimizerType::OneBitLamb: return "OneBitLamb";
   }
   return "unknown";
 }

@@ -182,7 +182,8 @@ void Config::check(std::vector<Problem> *errors) {
   // DeepSpeed asserts that its 1-bit optimizers run without ZeRO.
   if (stage_known && stage != 0 && has_optimizer() &&
       (optimizer_type() == static_cast<int>(OptimizerType::OneBitAdam) ||
-       optimizer_type() == static_cast<int>(OptimizerType::ZeroOneAdam)))
+       optimizer_type() == static_cast<int>(OptimizerType::ZeroOneAdam) ||
+       optimizer_type() == static_cast<int>(OptimizerType::OneBitLamb)))
     error("zero_optimization.stage", "optimizer.type " + std::string(kOptimizerTypes[optimizer_type()]) + " needs zero_optimization.stage 0 (it is " +
                                          format_number(stage) + "): DeepSpeed's 1-bit optimizers are not compatible "
                                          "with ZeRO; set the stage to 0 or use Adam/AdamW");
@@ -229,11 +230,14 @@ void Config::check(std::vector<Problem> *errors) {
     warnings_.push_back(where("scheduler.params.cycle_momentum") +
                         ": scheduler.params.cycle_momentum is true, but " + kOptimizerTypes[optimizer_type()] +
                         " has no betas: as in DeepSpeed, OneCycle does not cycle its momentum");
-  if (optimizer_type() == 3) {  // Lamb
+  if (optimizer_type() == 3 || optimizer_type() == static_cast<int>(OptimizerType::OneBitLamb)) {  // Lamb, OneBitLamb
     double lo = 0, hi = 0;
     if (number_of("optimizer.params.min_coeff", &lo) && number_of("optimizer.params.max_coeff", &hi) && lo > hi)
       error("optimizer.params.min_coeff",
             "min_coeff (" + format_number(lo) + ") is above max_coeff (" + format_number(hi) + ")");
+    if (number_of("optimizer.params.factor_min", &lo) && number_of("optimizer.params.factor_max", &hi) && lo > hi)
+      error("optimizer.params.factor_min",
+            "factor_min (" + format_number(lo) + ") is above factor_max (" + format_number(hi) + ")");
   }
 
   // --- batch sizes: the full rule once the world size is known, divisibility before that

@@ -156,6 +156,10 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
     num(o.min_coeff, p + "min_coeff");
     num(o.initial_accumulator_value, p + "initial_accumulator_value");
     i64(o.freeze_step, p + "freeze_step");
+    num(o.coeff_beta, p + "coeff_beta");
+    num(o.factor_max, p + "factor_max");
+    num(o.factor_min, p + "factor_min");
+    num(o.factor_threshold, p + "factor_threshold");
     i64(o.var_freeze_step, p + "var_freeze_step");
     i64(o.var_update_scaler, p + "var_update_scaler");
     i64(o.local_step_scaler, p + "local_step_scaler");

@@ -2,6 +2,7 @@
 // keys, the scheduler's keys, and the rules across sections the engine used to check itself.
 #include "config/config_rules.h"
 #include "config/bf16_master_rules.h"
+#include "config/schema.h"
 
 #include <cmath>
 
@@ -227,13 +228,18 @@ Status check_train_config(const TrainConfig &config) {
     return Error(DSRT_ERR_CONFIG,
                  "optimizer.params.nesterov needs momentum > 0 and dampening 0 (momentum %g, dampening %g)",
                  config.optimizer.momentum, config.optimizer.dampening);
-  const bool onebit_kind =
-      config.optimizer.type == OptimizerType::OneBitAdam || config.optimizer.type == OptimizerType::ZeroOneAdam;
+  const bool onebit_kind = config.optimizer.type == OptimizerType::OneBitAdam ||
+                           config.optimizer.type == OptimizerType::ZeroOneAdam ||
+                           config.optimizer.type == OptimizerType::OneBitLamb;
   if (onebit_kind && config.zero.stage != 0)
     return Error(DSRT_ERR_CONFIG,
                  "optimizer.type %s needs zero_optimization.stage 0 (it is %d): DeepSpeed's 1-bit "
                  "optimizers are not compatible with ZeRO; set the stage to 0 or use Adam/AdamW",
-                 config.optimizer.type == OptimizerType::OneBitAdam ? "OneBitAdam" : "ZeroOneAdam", config.zero.stage);
+                 kOptimizerTypes[static_cast<int>(config.optimizer.type)], config.zero.stage);
+  if (config.optimizer.type == OptimizerType::OneBitLamb && config.optimizer.factor_min > config.optimizer.factor_max)
+    return Error(DSRT_ERR_CONFIG, "optimizer.params.factor_min (%g) is above factor_max (%g); OneBitLamb clamps its "
+                 "compression-stage factor into [factor_min, factor_max]",
+                 config.optimizer.factor_min, config.optimizer.factor_max);
   const OffloadConfig &param = config.zero.offload_param, &optim = config.zero.offload_optimizer;
   if (param.device != OffloadDevice::None && config.zero.stage != 3)
     return Error(DSRT_ERR_CONFIG, "zero_optimization.offload_param needs stage 3 (stage is %d)", config.zero.stage);

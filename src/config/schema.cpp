@@ -12,7 +12,8 @@
 
 namespace dsrt {
 
-const char *const kOptimizerTypes[] = {"Adam", "AdamW", "SGD", "Lamb", "Adagrad", "Lion", "OneBitAdam", "ZeroOneAdam"};
+const char *const kOptimizerTypes[] = {"Adam", "AdamW", "SGD", "Lamb", "Adagrad", "Lion", "OneBitAdam", "ZeroOneAdam",
+                                       "OneBitLamb"};
 const char *const kSchedulerTypes[] = {"", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRangeTest"};
 
 bool Value::operator==(const Value &other) const {
@@ -211,7 +212,7 @@ int scheduler_type_index(const std::string &name) {
 }
 
 bool is_known_unsupported_optimizer(const std::string &name) {
-  static const char *const names[] = {"OneBitLamb", "MuAdam", "MuAdamW", "MuSGD", "Muon", "FusedAdam",
+  static const char *const names[] = {"MuAdam", "MuAdamW", "MuSGD", "Muon", "FusedAdam",
                                       "CPUAdam", "RMSprop", "Adamax", "NAdam", "RAdam", "Adadelta", "ASGD",
                                       "Rprop", "LBFGS", "SparseAdam"};
   for (const char *n : names)

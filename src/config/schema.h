@@ -55,8 +55,8 @@ enum class Support {
 // Optimizer and scheduler types, for keys that exist only under some of them (bit i = index i).
 // The order matches OptimizerType / SchedulerType in train_config.h.
 extern const char *const kOptimizerTypes[];  // "Adam", "AdamW", "SGD", "Lamb", "Adagrad", "Lion", "OneBitAdam",
-                                             // "ZeroOneAdam"
-constexpr int kNumOptimizerTypes = 8;
+                                             // "ZeroOneAdam", "OneBitLamb"
+constexpr int kNumOptimizerTypes = 9;
 extern const char *const kSchedulerTypes[];  // "", "WarmupLR", ... (index 0 = none)
 constexpr int kNumSchedulerTypes = 6;
 constexpr uint32_t kAllTypes = 0xFFFFFFFFu;

@@ -95,7 +95,8 @@ void add_pair(std::vector<KeySpec> *keys, const std::string &path, double first,
 constexpr uint32_t bit(int i) { return 1u << i; }
 // Optimizer indexes, as in kOptimizerTypes.
 constexpr uint32_t kAdam = bit(0), kAdamW = bit(1), kSGD = bit(2), kLamb = bit(3), kAdagrad = bit(4),
-                   kLion = bit(5), kOneBitAdam = bit(6), kZeroOneAdam = bit(7);
+                   kLion = bit(5), kOneBitAdam = bit(6), kZeroOneAdam = bit(7),
+                   kOneBitLamb = bit(8);
 // Scheduler indexes, as in kSchedulerTypes.
 constexpr uint32_t kWarmupLR = bit(1), kWarmupDecayLR = bit(2), kWarmupCosineLR = bit(3), kOneCycle = bit(4),
                    kLRRangeTest = bit(5);
@@ -280,15 +281,16 @@ std::vector<KeySpec> build_schema_keys() {
                    "dsrt has one fused implementation per optimizer"));
   const std::string p = "optimizer.params.";
   const uint32_t adam_like = kAdam | kAdamW | kOneBitAdam | kZeroOneAdam;
-  const uint32_t onebit = kOneBitAdam | kZeroOneAdam;
-  k.push_back(for_optimizers(N(p + "lr", 1e-3, 0.0), adam_like | kSGD | kLamb | kLion));
+  const uint32_t onebit = kOneBitAdam | kZeroOneAdam | kOneBitLamb;
+  const uint32_t lamb_like = kLamb | kOneBitLamb;
+  k.push_back(for_optimizers(N(p + "lr", 1e-3, 0.0), adam_like | kSGD | lamb_like | kLion));
   k.push_back(for_optimizers(N(p + "lr", 1e-2, 0.0), kAdagrad));
-  add_pair(&k, p + "betas", 0.9, 0.999, 0.0, 0.999999999999, adam_like | kLamb);
+  add_pair(&k, p + "betas", 0.9, 0.999, 0.0, 0.999999999999, adam_like | lamb_like);
   add_pair(&k, p + "betas", 0.9, 0.99, 0.0, 0.999999999999, kLion);
-  k.push_back(for_optimizers(N(p + "eps", 1e-8, 0.0), adam_like | kLamb));
+  k.push_back(for_optimizers(N(p + "eps", 1e-8, 0.0), adam_like | lamb_like));
   k.push_back(for_optimizers(N(p + "eps", 1e-10, 0.0), kAdagrad));
   k.push_back(for_optimizers(N(p + "weight_decay", 0.0, 0.0), kAllTypes));
-  k.push_back(for_optimizers(B(p + "bias_correction", true), adam_like | kLamb));
+  k.push_back(for_optimizers(B(p + "bias_correction", true), adam_like | lamb_like));
   k.push_back(for_optimizers(
       noted(B(p + "adam_w_mode", true), "type Adam runs AdamW (decoupled weight decay) unless this is false"),
       kAdam | kAdamW));
@@ -300,12 +302,12 @@ std::vector<KeySpec> build_schema_keys() {
                              kAdam | kAdamW | kAdagrad));
   k.push_back(for_optimizers(with(B(p + "amsgrad", false), Support::Unsupported,
                                   "AMSGrad is not implemented (DeepSpeed's fused Adam rejects it too); set it to false"),
-                             adam_like | kLamb | kAdagrad));
+                             adam_like | lamb_like | kAdagrad));
   k.push_back(for_optimizers(with(B(p + "set_grad_none", true), Support::Ignored,
                                   "dsrt zeroes its own gradient buffers"),
                              kAdam | kAdamW | kLamb | kLion));
-  k.push_back(for_optimizers(N(p + "max_coeff", 10.0, 0.0), kLamb));
-  k.push_back(for_optimizers(N(p + "min_coeff", 0.01, 0.0), kLamb));
+  k.push_back(for_optimizers(N(p + "max_coeff", 10.0, 0.0), lamb_like));
+  k.push_back(for_optimizers(N(p + "min_coeff", 0.01, 0.0), lamb_like));
   k.push_back(for_optimizers(with(B(p + "eps_inside_sqrt", false), Support::Unsupported,
                                   "eps inside the square root is not implemented; set it to false"),
                              kLamb | onebit));
@@ -316,16 +318,20 @@ std::vector<KeySpec> build_schema_keys() {
   k.push_back(for_optimizers(with(N(p + "lr_decay", 0.0, 0.0), Support::Unsupported,
                                   "Adagrad lr_decay is not implemented; use a scheduler and set it to 0"),
                              kAdagrad));
-  k.push_back(for_optimizers(I(p + "freeze_step", 100000, 0), kOneBitAdam));
+  k.push_back(for_optimizers(I(p + "freeze_step", 100000, 0), kOneBitAdam | kOneBitLamb));
+  k.push_back(for_optimizers(N(p + "coeff_beta", 0.9, 0.0, 1.0), kOneBitLamb));
+  k.push_back(for_optimizers(N(p + "factor_max", 4.0, 0.0), kOneBitLamb));
+  k.push_back(for_optimizers(N(p + "factor_min", 0.5, 0.0), kOneBitLamb));
+  k.push_back(for_optimizers(N(p + "factor_threshold", 0.1, 0.0, 1.0), kOneBitLamb));
   k.push_back(for_optimizers(I(p + "var_freeze_step", 100000, 0), kZeroOneAdam));
   k.push_back(for_optimizers(I(p + "var_update_scaler", 16, 1), kZeroOneAdam));
   k.push_back(for_optimizers(I(p + "local_step_scaler", 32678, 1), kZeroOneAdam));
   k.push_back(for_optimizers(I(p + "local_step_clipper", 16, 1), kZeroOneAdam));
   k.push_back(for_optimizers(with(N(p + "max_grad_norm", 0.0, 0.0), Support::Ignored,
-                                  "DeepSpeed's 0/1 Adam stores it and never reads it; use gradient_clipping"),
-                             kZeroOneAdam));
+                                  "DeepSpeed's 0/1 Adam and 1-bit LAMB store it and never read it; use gradient_clipping"),
+                             kZeroOneAdam | kOneBitLamb));
   k.push_back(for_optimizers(with(B(p + "cuda_aware", false), Support::Ignored,
-                                  "dsrt's 1-bit all-reduce runs on host buffers over the engine's communicator"),
+                                  "dsrt's 1-bit all-reduce runs over the engine's communicator, on host or device buffers"),
                              onebit));
   k.push_back(for_optimizers(with(C(p + "comm_backend_name", "nccl", {"nccl", "mpi", "hccl", "compressed"}),
                                   Support::Ignored,

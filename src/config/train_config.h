@@ -15,7 +15,7 @@
 
 namespace dsrt {
 
-enum class OptimizerType { Adam, AdamW, SGD, Lamb, Adagrad, Lion, OneBitAdam, ZeroOneAdam };
+enum class OptimizerType { Adam, AdamW, SGD, Lamb, Adagrad, Lion, OneBitAdam, ZeroOneAdam, OneBitLamb };
 enum class SchedulerType { None, WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest };
 enum class OffloadDevice { None, Cpu, Nvme };
 
@@ -35,7 +35,13 @@ struct OptimizerConfig {
   double max_coeff = 10.0;       // Lamb trust-ratio clamp
   double min_coeff = 0.01;
   double initial_accumulator_value = 0.0;  // Adagrad
-  int64_t freeze_step = 100000;  // OneBitAdam: steps of the uncompressed warm-up stage
+  int64_t freeze_step = 100000;  // OneBitAdam, OneBitLamb: steps of the uncompressed warm-up stage
+  // OneBitLamb: the running average of the warm-up trust ratios (coeff_beta) and the clamps of the
+  // factor that rescales it in the compression stage.
+  double coeff_beta = 0.9;
+  double factor_max = 4.0;
+  double factor_min = 0.5;
+  double factor_threshold = 0.1;
   // ZeroOneAdam (0/1 Adam): the variance is updated until var_freeze_step, its interval doubling
   // every var_update_scaler updates; after it, the local-step interval doubles every
   // local_step_scaler steps up to local_step_clipper.

@@ -314,11 +314,15 @@ Status Engine::memory(dsrt_memory_stats *out) const {
       for (int i = 0; i < num_states_; ++i) stats.optimizer_states[dev] += store_.device_part(i).bytes();
     }
     stats.buffers[host_optimizer() ? DSRT_LOC_HOST : dev] += lamb_update_.bytes();
-    for (const OneBitGroup &group : onebit_) {  // 1-bit Adam: host memory (the CPU device only)
+    for (const OneBitGroup &group : onebit_) {  // the 1-bit optimizers: host or device memory
       stats.optimizer_states[dev] += group.reduce.error_bytes();
-      stats.optimizer_states[dev] += group.accumulator.size() * sizeof(float);  // 0/1 Adam's u
-      stats.buffers[dev] += group.reduce.scratch_bytes() + group.momentum.size() * sizeof(float);
+      stats.optimizer_states[dev] += group.accumulator.size() * sizeof(float) + group.d_accumulator.bytes();  // 0/1 Adam's u
+      stats.buffers[dev] += group.reduce.scratch_bytes() + group.momentum.size() * sizeof(float) + group.d_momentum.bytes();
     }
+    // 1-bit LAMB: the fresh variance is a state; the previous step's momentum a buffer.
+    stats.optimizer_states[dev] += onebit_lamb_.fresh.size() * sizeof(float) + onebit_lamb_.d_fresh.bytes();
+    stats.buffers[dev] += onebit_lamb_.last.size() * sizeof(float) + onebit_lamb_.d_last.bytes() +
+                          onebit_lamb_.d_scalars.bytes();
     stats.buffers[DSRT_LOC_HOST] += host_working_.bytes();
     stats.buffers[dev] += reducer_.buffer_bytes() + stage_->buffer_bytes();
     if (coordinator_) stats.buffers[dev] += coordinator_->cached_bytes();

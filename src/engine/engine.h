@@ -32,6 +32,7 @@
 #include "offload/nvme_swapper.h"
 #include "offload/state_store.h"
 #include "optim/cpu_optimizer.h"
+#include "optim/onebit_lamb.h"
 #include "optim/optimizer_backend.h"
 #include "util/status.h"
 #include "zero/compressed_allreduce.h"
@@ -209,7 +210,8 @@ class Engine final : public PartitionedState {
   // learning-rate sums (DeepSpeed's ZeroOneAdam.load_state_dict drops them all).
   bool onebit_compressing() const;
   bool onebit_type() const {
-    return config_.optimizer.type == OptimizerType::OneBitAdam || config_.optimizer.type == OptimizerType::ZeroOneAdam;
+    return config_.optimizer.type == OptimizerType::OneBitAdam || config_.optimizer.type == OptimizerType::ZeroOneAdam ||
+           config_.optimizer.type == OptimizerType::OneBitLamb;
   }
   bool zero_one_frozen() const;
   struct ZeroOnePolicy {
@@ -221,8 +223,25 @@ class Engine final : public PartitionedState {
   const std::vector<float> *zero_one_accumulator(size_t g) const {
     return g < onebit_.size() ? &onebit_[g].accumulator : nullptr;
   }
+  // Group g's u in host memory, on either device (INVALID_ARGUMENT for a group without one).
+  Status zero_one_accumulator_to_host(size_t g, std::vector<float> *out) const;
   const CompressedAllReduce *onebit_reduce(size_t g) const { return g < onebit_.size() ? &onebit_[g].reduce : nullptr; }
   void onebit_reset_errors() override;
+  // 1-bit LAMB (OneBitLamb, engine_onebit_lamb.cpp): one compressed all-reduce over every
+  // tensor's momentum (onebit_reduce(0)), the per-tensor scalars (indexed by tensor), the fresh
+  // variance and the momentum of the previous step (packed in group order). A checkpoint keeps
+  // them with this rank's errors (onebit_lamb_serialize); a load at the same world size restores
+  // everything, at another the errors restart at zero.
+  struct OneBitLambEngineState {
+    std::vector<OneBitLambTensorState> tensors;  // on a CUDA device: a copy, refreshed after each step
+    std::vector<float> fresh, last;              // empty on a CUDA device (d_fresh, d_last instead)
+    bool scaled = false;  // the scaling coefficients were fixed (the first compression step ran)
+    // CUDA device: fresh, last, and per tensor its scalars (3 doubles), sums (3 doubles), step (a float).
+    DeviceBuffer d_fresh, d_last, d_scalars;
+  };
+  const OneBitLambEngineState &onebit_lamb_state() const { return onebit_lamb_; }
+  Status onebit_lamb_serialize(std::vector<uint8_t> *out) const override;
+  Status onebit_lamb_restore(const std::vector<uint8_t> &bytes) override;
   const LossScaler &loss_scaler() const { return scaler_; }
   LossScaler &mutable_loss_scaler() { return scaler_; }
   LossScalerState scaler_state() const override { return scaler_.state(); }
@@ -434,7 +453,12 @@ class Engine final : public PartitionedState {
     std::vector<float> momentum;
     std::vector<float> accumulator;  // 0/1 Adam: u, minus the sum of the local updates since the last sync
     double lrs = 0.0;                // 0/1 Adam: the sum of the learning rates since the last sync
+    // On a CUDA device the two vectors above stay empty and these hold them in device memory.
+    DeviceBuffer d_momentum, d_accumulator;
+    float *momentum_ptr() { return d_momentum.bytes() > 0 ? d_momentum.as<float>() : momentum.data(); }
+    float *accumulator_ptr() { return d_accumulator.bytes() > 0 ? d_accumulator.as<float>() : accumulator.data(); }
   };
+  bool onebit_on_device() const { return device_->type() == DSRT_DEVICE_CUDA; }
   ZeroOnePolicy zero_one_;
   Status zero_one_update(const std::vector<OptimizerSlice> &slices, const std::vector<std::vector<size_t>> &by_group,
                          float grad_scale);
@@ -442,6 +466,14 @@ class Engine final : public PartitionedState {
   Status onebit_build();
   Status onebit_update(const std::vector<OptimizerSlice> &slices, const std::vector<std::vector<size_t>> &by_group,
                        float grad_scale);
+  OneBitLambEngineState onebit_lamb_;
+  Status onebit_lamb_update(const std::vector<OptimizerSlice> &slices, const std::vector<std::vector<size_t>> &by_group,
+                            float grad_scale);
+  Status onebit_lamb_build_device(size_t total);
+  Status onebit_lamb_update_device(const std::vector<OptimizerSlice> &slices,
+                                   const std::vector<std::vector<size_t>> &by_group, float grad_scale);
+  Status onebit_lamb_pull_device(OneBitLambEngineState *host, std::vector<float> *fresh) const;
+  Status onebit_lamb_push_device();
   GradReducer reducer_;
   std::unique_ptr<ParamCoordinator> coordinator_;  // stage 3
   // The stage's part of the step (zero_stage.h): drives reducer_ and coordinator_, agrees on the

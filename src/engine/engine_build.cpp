@@ -138,10 +138,8 @@ Status Engine::build_impl() {
       ro.qgz_groups.push_back(qgz_group_for_shape(t.shape.data(), static_cast<int>(t.shape.size()), part_comm_->size()));
   }
   DSRT_RETURN_IF_ERROR(reducer_.init(&part_, part_comm_.get(), device_.get(), backend_.get(), ro));
-  if (onebit_type() && device_->type() != DSRT_DEVICE_CPU)
-    return Error(DSRT_ERR_UNSUPPORTED,
-                 "optimizer.type %s runs on the CPU device only in dsrt (its compression kernels are "
-                 "host loops); use the CPU device, or Adam/AdamW on the GPU",
+  if (onebit_type() && device_->type() != DSRT_DEVICE_CPU && device_->type() != DSRT_DEVICE_CUDA)
+    return Error(DSRT_ERR_UNSUPPORTED, "optimizer.type %s runs on the CPU and CUDA devices only",
                  optimizer_type_name(config_.optimizer.type));
   DSRT_RETURN_IF_ERROR(onebit_build());
   reducer_.set_divide_by_accumulation(scale_wrt_gas_);

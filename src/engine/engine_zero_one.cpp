@@ -8,10 +8,23 @@
 
 #include "engine/engine.h"
 #include "optim/onebit_adam.h"
+#include "optim/onebit_dispatch.h"
 #include "optim/zero_one_adam.h"
 #include "util/log.h"
 
 namespace dsrt {
+
+Status Engine::zero_one_accumulator_to_host(size_t g, std::vector<float> *out) const {
+  if (g >= onebit_.size()) return Error(DSRT_ERR_INVALID_ARGUMENT, "ZeroOneAdam: no parameter group %zu", g);
+  const OneBitGroup &group = onebit_[g];
+  if (group.d_accumulator.bytes() == 0) {
+    *out = group.accumulator;
+    return Status::Ok();
+  }
+  out->assign(group.reduce.size(), 0.0f);
+  if (!out->empty()) DSRT_RETURN_IF_ERROR(device_->copy(out->data(), group.d_accumulator.data(), out->size() * sizeof(float), nullptr));
+  return device_->synchronize(nullptr);
+}
 
 bool Engine::zero_one_frozen() const {
   if (config_.optimizer.type != OptimizerType::ZeroOneAdam) return false;
@@ -25,6 +38,7 @@ Status Engine::zero_one_update(const std::vector<OptimizerSlice> &slices,
   if (counters_.applied_steps == 0) return Status::Ok();  // DeepSpeed's first step() only initializes
   const int64_t step = counters_.applied_steps + 1;       // DeepSpeed's state['step']
   const OptimizerConfig &o = config_.optimizer;
+  const bool gpu = onebit_on_device();  // device slices: the CUDA kernels (onebit_dispatch.h)
   if (zero_one_frozen()) {
     if (!zero_one_.errors_zeroed) {
       // The errors now compress accumulated updates, not gradients: DeepSpeed restarts them.
@@ -40,21 +54,21 @@ Status Engine::zero_one_update(const std::vector<OptimizerSlice> &slices,
       group.lrs += hyper.lr;
       size_t at = 0;
       for (size_t i : by_group[g]) {
-        DSRT_RETURN_IF_ERROR(zero_one_adam_local_step(hyper, slices[i], grad_scale, group.accumulator.data() + at)
+        DSRT_RETURN_IF_ERROR(zero_one_local_step_on(gpu, hyper, slices[i], grad_scale, group.accumulator_ptr() + at, nullptr)
                                  .with_context(Format("ZeroOneAdam local step (group %zu)", g)));
         at += slices[i].n;
       }
       if (!sync) continue;
       at = 0;
       for (size_t i : by_group[g]) {
-        DSRT_RETURN_IF_ERROR(zero_one_adam_sync_begin(hyper, slices[i], group.accumulator.data() + at));
+        DSRT_RETURN_IF_ERROR(zero_one_sync_begin_on(gpu, hyper, slices[i], group.accumulator_ptr() + at, nullptr));
         at += slices[i].n;
       }
-      DSRT_RETURN_IF_ERROR(group.reduce.run(group.accumulator.data())
+      DSRT_RETURN_IF_ERROR(group.reduce.run(group.accumulator_ptr())
                                .with_context(Format("ZeroOneAdam: the compressed all-reduce of group %zu's update", g)));
       at = 0;
       for (size_t i : by_group[g]) {
-        DSRT_RETURN_IF_ERROR(zero_one_adam_sync_end(hyper, slices[i], group.accumulator.data() + at, group.lrs));
+        DSRT_RETURN_IF_ERROR(zero_one_sync_end_on(gpu, hyper, slices[i], group.accumulator_ptr() + at, group.lrs, nullptr));
         at += slices[i].n;
       }
       group.lrs = 0.0;
@@ -63,7 +77,7 @@ Status Engine::zero_one_update(const std::vector<OptimizerSlice> &slices,
       zero_one_.local_counter = 0;
       zero_one_.local_interval = std::min(o.local_step_clipper, zero_one_.local_interval * 2);
     }
-    return Status::Ok();
+    return gpu ? device_->synchronize(nullptr) : Status::Ok();
   }
 
   const bool var_step = step % zero_one_.var_interval == 0;  // the gradients were all-reduced
@@ -71,37 +85,38 @@ Status Engine::zero_one_update(const std::vector<OptimizerSlice> &slices,
     const OptimizerHyper hyper = group_hyper(g);
     if (var_step) {
       for (size_t i : by_group[g])
-        DSRT_RETURN_IF_ERROR(onebit_adam_warmup_step(hyper, slices[i], grad_scale)
+        DSRT_RETURN_IF_ERROR(onebit_warmup_on(gpu, hyper, slices[i], grad_scale, nullptr)
                                  .with_context(Format("ZeroOneAdam variance step (group %zu)", g)));
       continue;
     }
     // The local gradients go through the 1-bit all-reduce (unscaled and clipped first).
     OneBitGroup &group = onebit_[g];
+    float *momentum = group.momentum_ptr();
     size_t at = 0;
     for (size_t i : by_group[g]) {
       const auto *grad = static_cast<const float *>(slices[i].grad);
       if (slices[i].n > 0 && (grad == nullptr || slices[i].grad_dtype != DSRT_F32))
-        return Error(DSRT_ERR_INTERNAL, "ZeroOneAdam: group %zu's gradient is not fp32 host memory", g);
-      for (size_t k = 0; k < slices[i].n; ++k) group.momentum[at + k] = grad[k] * grad_scale;
+        return Error(DSRT_ERR_INTERNAL, "ZeroOneAdam: group %zu's gradient is not fp32", g);
+      DSRT_RETURN_IF_ERROR(scaled_copy_on(gpu, grad, momentum + at, slices[i].n, grad_scale, nullptr));
       at += slices[i].n;
     }
-    DSRT_RETURN_IF_ERROR(group.reduce.run(group.momentum.data())
+    DSRT_RETURN_IF_ERROR(group.reduce.run(momentum)
                              .with_context(Format("ZeroOneAdam: the compressed gradient all-reduce of group %zu", g)));
     at = 0;
     for (size_t i : by_group[g]) {
       OptimizerSlice reduced = slices[i];
-      reduced.grad = group.momentum.data() + at;
+      reduced.grad = momentum + at;
       reduced.grad_dtype = DSRT_F32;
       at += slices[i].n;
-      DSRT_RETURN_IF_ERROR(onebit_adam_momentum(hyper, reduced, 1.0f));
-      DSRT_RETURN_IF_ERROR(onebit_adam_apply(hyper, reduced).with_context(Format("ZeroOneAdam step (group %zu)", g)));
+      DSRT_RETURN_IF_ERROR(onebit_momentum_on(gpu, hyper, reduced, 1.0f, nullptr));
+      DSRT_RETURN_IF_ERROR(onebit_apply_on(gpu, hyper, reduced, nullptr).with_context(Format("ZeroOneAdam step (group %zu)", g)));
     }
   }
   if (var_step && ++zero_one_.var_counter == o.var_update_scaler) {
     zero_one_.var_counter = 0;
     zero_one_.var_interval *= 2;
   }
-  return Status::Ok();
+  return gpu ? device_->synchronize(nullptr) : Status::Ok();
 }
 
 }  // namespace dsrt

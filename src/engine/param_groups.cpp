@@ -31,16 +31,16 @@ bool applies(OptimizerType type, HyperName name) {
     case HyperName::Beta2:
       return type == OptimizerType::Adam || type == OptimizerType::AdamW || type == OptimizerType::Lamb ||
              type == OptimizerType::Lion || type == OptimizerType::OneBitAdam ||
-             type == OptimizerType::ZeroOneAdam;
+             type == OptimizerType::ZeroOneAdam || type == OptimizerType::OneBitLamb;
     case HyperName::Eps:
       return type == OptimizerType::Adam || type == OptimizerType::AdamW || type == OptimizerType::Lamb ||
              type == OptimizerType::Adagrad || type == OptimizerType::OneBitAdam ||
-             type == OptimizerType::ZeroOneAdam;
+             type == OptimizerType::ZeroOneAdam || type == OptimizerType::OneBitLamb;
     case HyperName::Momentum:
     case HyperName::Dampening:
     case HyperName::Nesterov: return type == OptimizerType::SGD;
     case HyperName::MaxCoeff:
-    case HyperName::MinCoeff: return type == OptimizerType::Lamb;
+    case HyperName::MinCoeff: return type == OptimizerType::Lamb || type == OptimizerType::OneBitLamb;
     case HyperName::Count: break;
   }
   return false;

@@ -50,7 +50,8 @@ int optimizer_state_count(const OptimizerConfig &config) {
     case OptimizerType::AdamW:
     case OptimizerType::Lamb:
     case OptimizerType::OneBitAdam:
-    case OptimizerType::ZeroOneAdam: return 2;
+    case OptimizerType::ZeroOneAdam:
+    case OptimizerType::OneBitLamb: return 2;
     case OptimizerType::SGD: return config.momentum != 0.0 ? 1 : 0;
     case OptimizerType::Adagrad:
     case OptimizerType::Lion: return 1;

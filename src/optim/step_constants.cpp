@@ -16,6 +16,7 @@ const char *optimizer_type_name(OptimizerType type) {
     case OptimizerType::Lion: return "Lion";
     case OptimizerType::OneBitAdam: return "OneBitAdam";
     case OptimizerType::ZeroOneAdam: return "ZeroOneAdam";
+    case OptimizerType::OneBitLamb: return "OneBitLamb";
   }
   return "unknown";
 }
@@ -92,8 +93,9 @@ Status fold_step_constants(const char *what, const OptimizerHyper &hyper, float 
                    "%s: Lamb needs whole-tensor norms: run Lamb phase 1, all-reduce the norms, then phase 2", what);
     case OptimizerType::OneBitAdam:
     case OptimizerType::ZeroOneAdam:
-      return Error(DSRT_ERR_UNSUPPORTED, "%s: %s is not one of the fused kernels (no GPU version); it runs on host memory "
-                   "through optim/onebit_adam.h, which the engine uses on the CPU device",
+    case OptimizerType::OneBitLamb:
+      return Error(DSRT_ERR_UNSUPPORTED, "%s: %s is not one of the fused kernels; the engine runs its own steps "
+                   "(optim/onebit_dispatch.h, optim/onebit_lamb.h)",
                    what, optimizer_type_name(hyper.type));
     default:
       return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: unknown optimizer type %d", what, static_cast<int>(hyper.type));

@@ -20,6 +20,7 @@ size_t compressed_allreduce_padded_size(size_t n, int world) {
 Status CompressedAllReduce::init(Comm *comm, size_t n) {
   if (comm == nullptr) return Error(DSRT_ERR_INVALID_ARGUMENT, "compressed all-reduce: no communicator");
   comm_ = comm;
+  device_ = nullptr;
   world_ = comm->size();
   rank_ = comm->rank();
   n_ = n;
@@ -40,6 +41,7 @@ Status CompressedAllReduce::init(Comm *comm, size_t n) {
 }
 
 void CompressedAllReduce::reset_errors() {
+  if (device_ != nullptr) return reset_device_errors();
   std::fill(worker_error_.begin(), worker_error_.end(), 0.0f);
   std::fill(server_error_.begin(), server_error_.end(), 0.0f);
 }
@@ -59,6 +61,7 @@ Status CompressedAllReduce::all_to_all_bytes(const uint8_t *send, uint8_t *recv,
 Status CompressedAllReduce::run(float *buffer) {
   if (comm_ == nullptr) return Error(DSRT_ERR_STATE, "compressed all-reduce: init was not called");
   if (world_ == 1 || n_ == 0) return Status::Ok();
+  if (device_ != nullptr) return run_device(buffer);
   const size_t chunk = chunk_size();
   const size_t chunk_bytes = chunk / 8;
   const float inv_world = 1.0f / static_cast<float>(world_);

@@ -117,6 +117,10 @@ class PartitionedState {
   // Drops the per-rank state a checkpoint does not hold (1-bit Adam's errors, 0/1 Adam's
   // accumulated update and intervals), as DeepSpeed's load_state_dict does.
   virtual void onebit_reset_errors() = 0;
+  // OneBitLamb's per-rank state as bytes (the per-tensor scalars, the fresh variance, this rank's
+  // errors: ckpt_onebit.h) and its restore; other optimizers: empty / INVALID_ARGUMENT.
+  virtual Status onebit_lamb_serialize(std::vector<uint8_t> *out) const = 0;
+  virtual Status onebit_lamb_restore(const std::vector<uint8_t> &bytes) = 0;
   // A load that failed after it began changing the state: every later call fails with STATE
   // naming it until a load succeeds ("" clears it).
   virtual void set_load_failure(std::string message) = 0;

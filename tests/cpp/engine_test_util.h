@@ -111,7 +111,8 @@ struct RefOptimizer {
           break;
         }
         case OptimizerType::OneBitAdam:
-        case OptimizerType::ZeroOneAdam: break;
+        case OptimizerType::ZeroOneAdam:
+        case OptimizerType::OneBitLamb: break;
       }
     }
   }

@@ -221,6 +221,43 @@ TEST(Config, ZeroOneAdamKeysResolveWithDeepSpeedDefaults) {
   EXPECT_FALSE(parse_error(R"({"optimizer": {"type": "OneBitAdam", "params": {"var_freeze_step": 7}}})").empty());
 }
 
+TEST(Config, OneBitLambKeysResolveWithDeepSpeedDefaults) {
+  auto defaults = parse_ok(R"({"optimizer": {"type": "OneBitLamb"}})");
+  const OptimizerConfig d = resolve_ok(*defaults).optimizer;
+  EXPECT_EQ(d.type, OptimizerType::OneBitLamb);
+  EXPECT_EQ(d.freeze_step, 100000);
+  EXPECT_DOUBLE_EQ(d.max_coeff, 10.0);
+  EXPECT_DOUBLE_EQ(d.min_coeff, 0.01);
+  EXPECT_DOUBLE_EQ(d.coeff_beta, 0.9);
+  EXPECT_DOUBLE_EQ(d.factor_max, 4.0);
+  EXPECT_DOUBLE_EQ(d.factor_min, 0.5);
+  EXPECT_DOUBLE_EQ(d.factor_threshold, 0.1);
+  EXPECT_DOUBLE_EQ(d.lr, 1e-3);
+  auto set = parse_ok(R"({"optimizer": {"type": "onebitlamb", "params": {"lr": 0.02, "freeze_step": 7,
+      "max_coeff": 0.3, "min_coeff": 0.02, "coeff_beta": 0.8, "factor_max": 3.0, "factor_min": 0.6,
+      "factor_threshold": 0.2, "cuda_aware": false, "comm_backend_name": "nccl"}}})");
+  const OptimizerConfig o = resolve_ok(*set).optimizer;
+  EXPECT_EQ(o.freeze_step, 7);
+  EXPECT_DOUBLE_EQ(o.lr, 0.02);
+  EXPECT_DOUBLE_EQ(o.max_coeff, 0.3);
+  EXPECT_DOUBLE_EQ(o.min_coeff, 0.02);
+  EXPECT_DOUBLE_EQ(o.coeff_beta, 0.8);
+  EXPECT_DOUBLE_EQ(o.factor_max, 3.0);
+  EXPECT_DOUBLE_EQ(o.factor_min, 0.6);
+  EXPECT_DOUBLE_EQ(o.factor_threshold, 0.2);
+  EXPECT_NE(parse_error(R"({"optimizer": {"type": "OneBitLamb", "params": {"coeff_beta": 1.5}}})")
+                .find("optimizer.params.coeff_beta"),
+            std::string::npos);
+  EXPECT_NE(parse_error(R"({"optimizer": {"type": "OneBitLamb", "params": {"factor_min": 5.0}}})")
+                .find("factor_min"),
+            std::string::npos);
+  // OneBitLamb's keys are not OneBitAdam's, and ZeRO is refused as for the other 1-bit optimizers.
+  EXPECT_FALSE(parse_error(R"({"optimizer": {"type": "OneBitAdam", "params": {"factor_max": 3.0}}})").empty());
+  EXPECT_NE(parse_error(R"({"optimizer": {"type": "OneBitLamb"}, "zero_optimization": {"stage": 1}})")
+                .find("zero_optimization.stage 0"),
+            std::string::npos);
+}
+
 TEST(Config, AliasesWorkWithAWarning) {
   std::unique_ptr<Config> config;
   ASSERT_TRUE(Config::load(kSeeds + "/nvme_infinity_trailing_comma.json", &config).ok());
@@ -407,7 +444,7 @@ TEST(Config, BatchRuleErrorShowsTheNumbers) {
 
 TEST(Config, UnimplementedFeaturesAreRefusedNotDropped) {
   const char *const refused[] = {
-      R"({"optimizer": {"type": "OneBitLamb", "params": {"freeze_step": 10}}})",
+      R"({"optimizer": {"type": "Muon", "params": {"lr": 0.01}}})",
       R"({"scheduler": {"type": "StepLR", "params": {"step_size": 10}}})",
       R"({"amp": {"enabled": true, "opt_level": "O1"}})",
       R"({"aio": {"use_gds": true}})",

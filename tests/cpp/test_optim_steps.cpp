@@ -190,7 +190,8 @@ void reference_step(const OptimizerHyper &h, const OptimizerConfig &config, cons
       break;
     }
     case OptimizerType::OneBitAdam:
-    case OptimizerType::ZeroOneAdam: break;
+    case OptimizerType::ZeroOneAdam:
+    case OptimizerType::OneBitLamb: break;
   }
 }
 

@@ -208,17 +208,19 @@ void expect_matches(Engine &e, const RefZeroOne &ref, int rank) {
   EXPECT_LT(rel(p.data(), ref.p[rank]), 2e-5);
   EXPECT_LT(rel(m.data(), ref.m[rank]), 1e-4);
   EXPECT_LT(rel(v.data(), ref.v), 5e-5);
-  const std::vector<float> *u = e.zero_one_accumulator(0);
-  ASSERT_NE(u, nullptr);
-  ASSERT_EQ(u->size(), kN);
-  EXPECT_LT(rel(u->data(), ref.u[rank], 1e-6), 1e-4);
+  std::vector<float> u;  // a host copy: on a GPU u lives in device memory
+  ASSERT_TRUE(e.zero_one_accumulator_to_host(0, &u).ok());
+  ASSERT_EQ(u.size(), kN);
+  EXPECT_LT(rel(u.data(), ref.u[rank], 1e-6), 1e-4);
   EXPECT_EQ(e.zero_one_policy().var_interval, ref.var_interval);
   EXPECT_EQ(e.zero_one_policy().local_interval, ref.local_interval);
   if (g_world->size() > 1) {
     const CompressedAllReduce *reduce = e.onebit_reduce(0);
     ASSERT_NE(reduce, nullptr);
-    EXPECT_LT(rel(reduce->worker_error(), ref.reduce.worker_error[rank], 1e-5), 1e-4);
-    EXPECT_LT(rel(reduce->server_error(), ref.reduce.server_error[rank], 1e-5), 1e-4);
+    std::vector<float> we, se;
+    ASSERT_TRUE(reduce->errors_to_host(&we, &se).ok());
+    EXPECT_LT(rel(we.data(), ref.reduce.worker_error[rank], 1e-5), 1e-4);
+    EXPECT_LT(rel(se.data(), ref.reduce.server_error[rank], 1e-5), 1e-4);
   }
 }
 
@@ -290,11 +292,16 @@ TEST(ZeroOneAdam, CheckpointRestoresRankZeroAndRestartsThePolicy) {
   EXPECT_EQ(b->counters().applied_steps, kSaveAt);
   EXPECT_TRUE(b->zero_one_frozen());
   EXPECT_EQ(b->zero_one_policy().local_interval, 1);
-  for (float x : *b->zero_one_accumulator(0)) ASSERT_EQ(x, 0.0f);
+  std::vector<float> u0;
+  ASSERT_TRUE(b->zero_one_accumulator_to_host(0, &u0).ok());
+  for (float x : u0) ASSERT_EQ(x, 0.0f);
   if (world > 1) {
     const CompressedAllReduce *r = b->onebit_reduce(0);
-    for (size_t i = 0; i < r->padded_size(); ++i) ASSERT_EQ(r->worker_error()[i], 0.0f);
-    for (size_t i = 0; i < r->chunk_size(); ++i) ASSERT_EQ(r->server_error()[i], 0.0f);
+    std::vector<float> we, se;
+    ASSERT_TRUE(r->errors_to_host(&we, &se).ok());
+    ASSERT_EQ(we.size(), r->padded_size());
+    for (float x : we) ASSERT_EQ(x, 0.0f);
+    for (float x : se) ASSERT_EQ(x, 0.0f);
   }
   // The reference resumes the same way: rank 0's states everywhere, the policy restarted.
   for (int r = 0; r < world; ++r) {
