@@ -211,10 +211,13 @@ Status Engine::allocate_states() {
     DSRT_RETURN_IF_ERROR(store_.copy(i, 0, part, const_cast<float *>(filled.data()), true));
   }
   if (stages_through_host()) {
-    DSRT_RETURN_IF_ERROR(device_->allocate_pinned(part * sizeof(float), &host_grads_)
-                             .with_context("allocating the host gradient partition (optimizer offload)"));
-    // Padding is never copied from the device; the norm reads it, so it must be zero.
-    std::memset(host_grads_.data(), 0, part * sizeof(float));
+    // Stage 3 NVMe swaps the gradient partition instead (engine_nvme_grads.cpp).
+    if (!nvme_swaps_gradients()) {
+      DSRT_RETURN_IF_ERROR(device_->allocate_pinned(part * sizeof(float), &host_grads_)
+                               .with_context("allocating the host gradient partition (optimizer offload)"));
+      // Padding is never copied from the device; the norm reads it, so it must be zero.
+      std::memset(host_grads_.data(), 0, part * sizeof(float));
+    }
     DSRT_RETURN_IF_ERROR(device_->allocate_pinned(part * dtype_size(working_dtype()), &host_working_)
                              .with_context("allocating the host working-copy staging (optimizer offload)"));
   }
@@ -293,10 +296,12 @@ Status Engine::memory(dsrt_memory_stats *out) const {
     stats.working_params[DSRT_LOC_NVME] += param_nvme_shard_bytes();
     if (param_nvme_) stats.buffers[DSRT_LOC_HOST] += param_nvme_->host_bytes();
     if (nvme_) {
-      // Masters and states live in the swap files; the gradients too at stage 3 on the CPU device
-      // (the pool buffers that carry them are counted below), else in host memory.
+      // Masters and states live in the swap files; the gradients too at stage 3 (the pool buffers
+      // that carry them are counted below), else in host memory.
       const uint64_t elems = static_cast<uint64_t>(part_.partition_elems());
-      stats.gradients[DSRT_LOC_HOST] += reducer_.accumulator_bytes();
+      // The reducer's accumulator: on the device on the staged route, with its host copy unless swapped.
+      stats.gradients[stages_through_host() ? dev : DSRT_LOC_HOST] += reducer_.accumulator_bytes();
+      stats.gradients[DSRT_LOC_HOST] += host_grads_.bytes();
       if (grad_swap_) stats.gradients[DSRT_LOC_NVME] += grad_swap_->bytes_on_disk();
       stats.master_params[DSRT_LOC_NVME] += elems * dtype_size(store_.master_dtype());
       stats.optimizer_states[DSRT_LOC_NVME] += elems * dtype_size(store_.state_dtype()) * static_cast<uint64_t>(num_states_);

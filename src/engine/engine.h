@@ -176,10 +176,11 @@ class Engine final : public PartitionedState {
   NvmeSwapper *param_nvme_swapper() const { return param_nvme_.get(); }
   const GradReducer &grad_reducer() const { return reducer_; }
   // offload_optimizer: the host copy of the fp32 gradient partition (nullptr without offload, and
-  // on the CPU device, where the optimizer reads the accumulator in place).
+  // on the CPU device, where the optimizer reads the accumulator in place, and at stage 3 with
+  // offload_optimizer nvme, where the gradient partition is swapped).
   const float *host_grad_partition() const { return host_grads_.as<float>(); }
-  // Tests: before build, make offload_optimizer "cpu" on the CPU device stage the gradients and
-  // the working partition through host buffers as on a GPU (the default there is in place).
+  // Tests: before build, make offload_optimizer "cpu" or "nvme" on the CPU device stage the
+  // gradients and the working partition through host buffers as on a GPU (the default there is in place).
   Status set_host_staging_on_cpu(bool on);
   const ParamCoordinator *param_coordinator() const { return coordinator_.get(); }  // stage 3 only
   const Comm *hpz_group() const { return hpz_comm_.get(); }  // ZeRO++ hpZ group (null: off)
@@ -324,7 +325,10 @@ class Engine final : public PartitionedState {
   bool stages_through_host() const {
     // A partial offload (offload_optimizer.ratio < 1, store_.split() > 0) keeps the staged route:
     // its device and host halves step at once from separate gradient and working buffers.
-    if (device_->type() == DSRT_DEVICE_CPU) return host_optimizer() && (host_staging_on_cpu_ || store_.split() > 0);
+    // Forced (tests), offload "nvme" stages too: its GPU route runs on the CPU device.
+    if (device_->type() == DSRT_DEVICE_CPU)
+      return (host_optimizer() && store_.split() > 0) ||
+             (host_staging_on_cpu_ && config_.zero.offload_optimizer.device != OffloadDevice::None);
     return config_.zero.offload_optimizer.device != OffloadDevice::None;
   }
   bool host_staging_on_cpu_ = false;
@@ -376,6 +380,7 @@ class Engine final : public PartitionedState {
   Status nvme_grads_build();
   void nvme_grad_reducer_options(ReducerOptions *options);
   Status nvme_grad_sum_squares(float scale, double *sum, bool *nonfinite);
+  Status nvme_grads_from_device();  // staged route: device accumulator -> swap files at the boundary
   bool nvme_gradient_swap_ = true;
   std::unique_ptr<GradSwap> grad_swap_;  // after nvme_: destroyed first (it borrows nvme_'s store)
   SubGroupPipelineStats nvme_norm_stats_;

@@ -115,7 +115,7 @@ Status Engine::build_impl() {
   ro.predivide_factor = config_.gradient_predivide_factor;
   ro.accumulation_steps = config_.gradient_accumulation_steps;
   ro.replica_comm = replica_comm_.get();
-  if (stages_through_host()) {
+  if (stages_through_host() && !grad_swap_) {
     // Each range of the gradient partition goes to host memory as soon as it is final, while the
     // host's backward goes on (DeepSpeed's ZeRO-Offload overlaps this copy with backward too).
     ro.on_final_range = [this](int64_t part_offset, int64_t count) {
@@ -125,7 +125,7 @@ Status Engine::build_impl() {
           .with_context("copying reduced gradients to host memory (offload_optimizer)");
     };
   }
-  if (grad_swap_) nvme_grad_reducer_options(&ro);  // stage 3 NVMe: the gradient partition is swapped
+  if (grad_swap_ && !stages_through_host()) nvme_grad_reducer_options(&ro);  // stage 3 NVMe: the gradient partition is swapped
   const bool zeropp = config_.zero.zero_quantized_weights || config_.zero.zero_quantized_nontrainable_weights ||
                       config_.zero.zero_quantized_gradients;
   if (zeropp && part_.stage() != 3)

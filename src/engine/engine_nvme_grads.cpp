@@ -4,6 +4,8 @@
 // instead of a partition-sized host buffer; at the boundary a read-only pass over the arrays gives
 // the norm and overflow flag (bitwise what cpu_sum_squares over the in-memory partition gives), and
 // the optimizer pass reads each sub-group's gradient with its master and states (engine_nvme.cpp).
+// On a GPU (the staged route) the reducer sums the window on the device and nvme_grads_from_device
+// moves it sub-group by sub-group into the swap files at the boundary.
 #include "engine/engine.h"
 #include "optim/sum_squares_stream.h"
 #include "util/log.h"
@@ -11,9 +13,7 @@
 namespace dsrt {
 
 bool Engine::nvme_swaps_gradients() const {
-  // On a GPU the partition is reduced in device memory and copied to host_grads_ (not swapped yet).
-  return nvme_gradient_swap_ && part_.stage() == 3 && config_.zero.offload_optimizer.device == OffloadDevice::Nvme &&
-         device_->type() == DSRT_DEVICE_CPU;
+  return nvme_gradient_swap_ && part_.stage() == 3 && config_.zero.offload_optimizer.device == OffloadDevice::Nvme;
 }
 
 Status Engine::set_nvme_gradient_swap(bool on) {
@@ -39,6 +39,25 @@ void Engine::nvme_grad_reducer_options(ReducerOptions *options) {
     return swap->flush().with_context("writing this micro-step's gradients to the swap files (offload_optimizer nvme)");
   };
   options->on_window_start = [swap]() { swap->begin_window(); };
+}
+
+Status Engine::nvme_grads_from_device() {
+  // The staged (GPU) route: the reducer summed the window in its device accumulator; each
+  // sub-group's range goes device -> its pool buffer (checked copy on the engine's stream, waited
+  // for before the buffer is written back) -> its swap file. No partition-sized host buffer.
+  grad_swap_->begin_window();
+  const int64_t part = part_.partition_elems();
+  const float *acc = reducer_.grad_partition();
+  for (int64_t offset = 0; offset < part;) {
+    float *dst = nullptr;
+    int64_t mapped = 0;
+    DSRT_RETURN_IF_ERROR(grad_swap_->map(offset, part - offset, &dst, &mapped));
+    DSRT_RETURN_IF_ERROR(device_->copy(dst, acc + offset, static_cast<size_t>(mapped) * sizeof(float), nullptr)
+                             .with_context("step: copying reduced gradients to the swap buffers (offload_optimizer nvme)"));
+    DSRT_RETURN_IF_ERROR(device_->synchronize(nullptr));
+    offset += mapped;
+  }
+  return grad_swap_->flush().with_context("writing the gradient partition to the swap files (offload_optimizer nvme)");
 }
 
 Status Engine::nvme_grad_sum_squares(float scale, double *sum, bool *nonfinite) {

@@ -5,6 +5,7 @@
 // skips are bitwise those of the in-memory engine: accumulation over 1-3 micro-steps, fp16 with an
 // overflow skip, clipping on and off, several sub-group cuts and buffer counts. A failed gradient
 // write returns DSRT_ERR_IO naming the file; `dsrt estimate-memory` agrees with dsrt_engine_memory.
+// The GPU engine's staged route (forced on the CPU device) swaps them too, bitwise the same.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -93,7 +94,10 @@ struct Case {
   double clipping;
 };
 
-TEST(OffloadNvmeGrads, BitwiseTheInMemoryEngineWithTheGradientsOnNvme) {
+// staged: the GPU engine's route, forced on the CPU device (set_host_staging_on_cpu): the reducer
+// sums the window in its (device) accumulator and the boundary copies it sub-group by sub-group
+// into the swap files; no host gradient partition.
+void check_bitwise(bool staged) {
   const Case cases[] = {{700, 2, false, 1, false, 1.0}, {700, 4, true, 2, false, 1.0}, {0, 1, false, 3, false, 0.0},
                         {1 << 20, 2, true, 2, false, 1.0}, {300, 3, true, 2, true, 1.0}, {700, 2, false, 1, true, 0.0},
                         {2500, 2, true, 3, true, 0.5}};
@@ -112,12 +116,16 @@ TEST(OffloadNvmeGrads, BitwiseTheInMemoryEngineWithTheGradientsOnNvme) {
     Status s = make_engine(config, local_comm(), kShapes, &reference);
     ASSERT_TRUE(s.ok()) << s.message();
     set_nvme(&config, folder.path, c.sub_group, c.buffers, c.pipeline);
-    s = make_engine(config, local_comm(), kShapes, &offloaded);
+    s = make_engine(config, local_comm(), kShapes, &offloaded, true,
+                    [staged](Engine &e) { return e.set_host_staging_on_cpu(staged); });
     ASSERT_TRUE(s.ok()) << s.message();
     ASSERT_NE(offloaded->nvme_grad_swap(), nullptr);
-    // No gradient partition in memory: the reducer has no accumulator.
-    EXPECT_EQ(offloaded->grad_reducer().grad_partition(), nullptr);
-    EXPECT_EQ(offloaded->grad_reducer().accumulator_bytes(), 0u);
+    const uint64_t part_bytes = static_cast<uint64_t>(offloaded->partitioning().partition_elems()) * 4;
+    // No gradient partition in host memory; on the CPU route not even the reducer's accumulator,
+    // on the staged route only the (device) accumulator.
+    EXPECT_EQ(offloaded->host_grad_partition(), nullptr);
+    EXPECT_EQ(offloaded->grad_reducer().grad_partition() != nullptr, staged);
+    EXPECT_EQ(offloaded->grad_reducer().accumulator_bytes(), staged ? part_bytes : 0u);
     const size_t groups = offloaded->nvme_grad_swap()->sub_groups();
     EXPECT_EQ(grad_files_in(offloaded->nvme_swapper()->store().folder()), groups);
 
@@ -142,12 +150,16 @@ TEST(OffloadNvmeGrads, BitwiseTheInMemoryEngineWithTheGradientsOnNvme) {
     expect_same_working_copies(*reference, *offloaded);
 
     // The swap files were written during backward (and read back to accumulate with gas > 1),
-    // and read by the norm pass and the optimizer pass.
-    const uint64_t part_bytes = static_cast<uint64_t>(offloaded->partitioning().partition_elems()) * 4;
+    // or once per boundary on the staged route, and read by the norm pass and the optimizer pass.
     const GradSwapStats &io = offloaded->nvme_grad_swap()->stats();
-    EXPECT_GE(io.bytes_written, 5u * c.gas * part_bytes);
-    if (c.gas > 1) {
-      EXPECT_GE(io.bytes_read, 5u * (c.gas - 1) * part_bytes);
+    if (staged) {
+      EXPECT_EQ(io.bytes_written, 5u * part_bytes);
+      EXPECT_EQ(io.bytes_read, 0u);
+    } else {
+      EXPECT_GE(io.bytes_written, 5u * c.gas * part_bytes);
+      if (c.gas > 1) {
+        EXPECT_GE(io.bytes_read, 5u * (c.gas - 1) * part_bytes);
+      }
     }
     const SubGroupPipelineStats &norm = offloaded->last_nvme_norm_pass();
     EXPECT_EQ(norm.bytes_read, part_bytes);
@@ -160,7 +172,8 @@ TEST(OffloadNvmeGrads, BitwiseTheInMemoryEngineWithTheGradientsOnNvme) {
 
     const dsrt_memory_stats mem = memory_of(*offloaded);
     EXPECT_EQ(mem.gradients[DSRT_LOC_NVME], part_bytes);
-    EXPECT_EQ(mem.gradients[DSRT_LOC_HOST] + mem.gradients[DSRT_LOC_DEVICE], 0u);
+    EXPECT_EQ(mem.gradients[DSRT_LOC_HOST], 0u);
+    EXPECT_EQ(mem.gradients[DSRT_LOC_DEVICE], staged ? part_bytes : 0u);
     const dsrt_memory_stats ref_mem = memory_of(*reference);
     EXPECT_EQ(ref_mem.gradients[DSRT_LOC_DEVICE], part_bytes);  // what the offloaded engine saves
 
@@ -168,6 +181,10 @@ TEST(OffloadNvmeGrads, BitwiseTheInMemoryEngineWithTheGradientsOnNvme) {
     EXPECT_EQ(entries_in(folder.path), 0u) << "the swap folder is removed on destroy";
   }
 }
+
+TEST(OffloadNvmeGrads, BitwiseTheInMemoryEngineWithTheGradientsOnNvme) { check_bitwise(false); }
+
+TEST(OffloadNvmeGrads, StagedRouteBitwiseTheInMemoryEngine) { check_bitwise(true); }
 
 // Stage 1-2 and GPU-less stage 3 without NVMe keep the gradient partition in memory.
 TEST(OffloadNvmeGrads, OnlyStage3SwapsGradients) {

@@ -2,7 +2,8 @@
 // Stage 3 with offload_optimizer "nvme" across ranks: each rank's gradient partition lives in its own
 // swap files (no partition-sized gradient buffer in memory), and the fp32 weights, gradient norms
 // and skips are bitwise those of the in-memory engine, with gradient accumulation, fp16 with an
-// overflow on one rank only (every rank skips), and clipping.
+// overflow on one rank only (every rank skips), and clipping; on the CPU route and on the GPU
+// engine's staged route (forced on the CPU device: device accumulator -> swap files at the boundary).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -55,8 +56,9 @@ TEST(MpiNvmeGrads, BitwiseTheInMemoryEngine) {
     bool pipeline;
     int64_t sub_group;
   };
+  for (const bool staged : {false, true})
   for (const Case &c : {Case{1, false, false, 400}, Case{2, true, true, 400}, Case{3, false, true, 0}}) {
-    SCOPED_TRACE(Format("gas %d fp16 %d pipeline %d sub_group %lld", c.gas, c.fp16, c.pipeline,
+    SCOPED_TRACE(Format("staged %d gas %d fp16 %d pipeline %d sub_group %lld", staged, c.gas, c.fp16, c.pipeline,
                         static_cast<long long>(c.sub_group)));
     TempFolder folder;  // each rank its own scratch folder
     TrainConfig config = base_config(3);
@@ -67,10 +69,12 @@ TEST(MpiNvmeGrads, BitwiseTheInMemoryEngine) {
     Status s = make_engine(config, g_world, kShapes, &reference);
     ASSERT_TRUE(s.ok()) << s.message();
     set_nvme(&config, folder.path, c.sub_group, c.pipeline ? 4 : 2, c.pipeline);
-    s = make_engine(config, g_world, kShapes, &offloaded);
+    s = make_engine(config, g_world, kShapes, &offloaded, true,
+                    [staged](Engine &e) { return e.set_host_staging_on_cpu(staged); });
     ASSERT_TRUE(s.ok()) << s.message();
     ASSERT_NE(offloaded->nvme_grad_swap(), nullptr);
-    EXPECT_EQ(offloaded->grad_reducer().grad_partition(), nullptr);
+    EXPECT_EQ(offloaded->grad_reducer().grad_partition() != nullptr, staged);  // staged: the device accumulator
+    EXPECT_EQ(offloaded->host_grad_partition(), nullptr);
     std::vector<dsrt_step_result> want, got;
     run(*reference, 4, c.gas, c.fp16, &want);
     run(*offloaded, 4, c.gas, c.fp16, &got);
@@ -88,8 +92,10 @@ TEST(MpiNvmeGrads, BitwiseTheInMemoryEngine) {
     std::memset(&mem, 0, sizeof mem);
     mem.struct_size = sizeof mem;
     ASSERT_TRUE(offloaded->memory(&mem).ok());
-    EXPECT_EQ(mem.gradients[DSRT_LOC_NVME], static_cast<uint64_t>(offloaded->partitioning().partition_elems()) * 4);
-    EXPECT_EQ(mem.gradients[DSRT_LOC_HOST] + mem.gradients[DSRT_LOC_DEVICE], 0u);
+    const uint64_t part_bytes = static_cast<uint64_t>(offloaded->partitioning().partition_elems()) * 4;
+    EXPECT_EQ(mem.gradients[DSRT_LOC_NVME], part_bytes);
+    EXPECT_EQ(mem.gradients[DSRT_LOC_HOST], 0u);
+    EXPECT_EQ(mem.gradients[DSRT_LOC_DEVICE], staged ? part_bytes : 0u);
     EXPECT_EQ(offloaded->last_nvme_norm_pass().bytes_read, mem.gradients[DSRT_LOC_NVME]);
     offloaded.reset();
     ASSERT_TRUE(g_world->barrier().ok());
