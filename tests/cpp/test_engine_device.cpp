@@ -1,5 +1,5 @@
 // The engine on every device this machine has: the same training cases (stages 0-3, fp32/bf16/fp16
-// working copies, AdamW and Lamb, offload_optimizer none and cpu) run on the CPU device and, where a
+// working copies, AdamW and Lamb, offload_optimizer none, cpu and (stage 3, gradients swapped) nvme) run on the CPU device and, where a
 // GPU is visible, on CUDA (skipped with "no CUDA device" otherwise), with the host touching the
 // engine's buffers only through the device's copies, as a GPU host would. Results are compared with
 // an engine on the CPU device fed the same gradients: bitwise there, to fp32 rounding on a GPU.
@@ -96,6 +96,7 @@ struct DeviceCase {
   dsrt_dtype working;
   OptimizerType optimizer = OptimizerType::AdamW;
   bool offload_cpu = false;
+  bool offload_nvme = false;  // stage 3: the gradient partition swapped too (on a GPU: from the device)
 };
 
 // One micro-step through the device: gradients are written with Device::copy from host values.
@@ -158,6 +159,9 @@ std::vector<DeviceCase> device_cases() {
   cases.push_back({2, DSRT_BF16, OptimizerType::Lamb});
   cases.push_back({1, DSRT_BF16, OptimizerType::AdamW, true});
   cases.push_back({3, DSRT_F32, OptimizerType::AdamW, true});
+  cases.push_back({3, DSRT_F32, OptimizerType::AdamW, false, true});
+  DeviceCase fp16_nvme{3, DSRT_F16, OptimizerType::AdamW, false, true};
+  cases.push_back(fp16_nvme);
   return cases;
 }
 
@@ -165,8 +169,8 @@ std::vector<DeviceCase> device_cases() {
 void run_cases_on(const char *spec, dsrt_device_type want_type) {
   const std::vector<std::vector<int64_t>> shapes = {{7}, {1000}, {33, 65}, {5}, {129}};
   for (const DeviceCase &c : device_cases()) {
-    SCOPED_TRACE(Format("%s: stage %d working %s optimizer %d offload cpu %d", spec, c.stage, dtype_name(c.working),
-                        static_cast<int>(c.optimizer), c.offload_cpu));
+    SCOPED_TRACE(Format("%s: stage %d working %s optimizer %d offload cpu %d nvme %d", spec, c.stage,
+                        dtype_name(c.working), static_cast<int>(c.optimizer), c.offload_cpu, c.offload_nvme));
     TrainConfig config = base_config(c.stage);
     config.optimizer.type = c.optimizer;
     config.bf16_enabled = c.working == DSRT_BF16;
@@ -177,12 +181,14 @@ void run_cases_on(const char *spec, dsrt_device_type want_type) {
     if (c.offload_cpu) config.zero.offload_optimizer.device = OffloadDevice::Cpu;
     std::shared_ptr<Comm> comm;
     ASSERT_TRUE(comm_create_local(&comm).ok());
+    TempFolder swap_folder;  // outlives the engines (they remove their swap folder inside it)
     std::unique_ptr<Engine> reference, engine;
     {
       ScopedEnv env("DSRT_DEVICE", "cpu");
       Status s = make_engine(config, comm, shapes, &reference);
       ASSERT_TRUE(s.ok()) << s.message();
     }
+    if (c.offload_nvme) set_nvme(&config, swap_folder.path, 700, 2, true);  // the reference keeps all in memory
     {
       ScopedEnv env("DSRT_DEVICE", spec);
       Status s = make_engine(config, comm, shapes, &engine);
@@ -209,14 +215,25 @@ void run_cases_on(const char *spec, dsrt_device_type want_type) {
     ASSERT_TRUE(engine->read_partition_state(0, 0, n, back.data()).ok());
     EXPECT_EQ(std::memcmp(m.data(), back.data(), n * sizeof(float)), 0);
     const bool host_states = on_cpu || c.offload_cpu;
-    EXPECT_EQ(engine->master_partition() != nullptr, host_states);
-    EXPECT_EQ(engine->optimizer_state(0) != nullptr, host_states);
+    if (!c.offload_nvme) {
+      EXPECT_EQ(engine->master_partition() != nullptr, host_states);
+      EXPECT_EQ(engine->optimizer_state(0) != nullptr, host_states);
+    }
     dsrt_memory_stats mem;
     std::memset(&mem, 0, sizeof mem);
     mem.struct_size = sizeof mem;
     ASSERT_TRUE(engine->memory(&mem).ok());
     const uint64_t part_bytes = n * sizeof(float);
-    EXPECT_EQ(mem.master_params[c.offload_cpu ? DSRT_LOC_HOST : DSRT_LOC_DEVICE], part_bytes);
+    EXPECT_EQ(mem.master_params[c.offload_nvme ? DSRT_LOC_NVME : c.offload_cpu ? DSRT_LOC_HOST : DSRT_LOC_DEVICE],
+              part_bytes);
+    if (c.offload_nvme) {
+      // The gradient partition on NVMe and none in host memory (on a GPU the reducer's device
+      // accumulator sums the window; on the CPU device it is swapped during backward).
+      EXPECT_EQ(mem.gradients[DSRT_LOC_NVME], part_bytes);
+      EXPECT_EQ(mem.gradients[DSRT_LOC_HOST], 0u);
+      EXPECT_EQ(mem.gradients[DSRT_LOC_DEVICE], on_cpu ? 0u : part_bytes);
+      EXPECT_EQ(engine->host_grad_partition(), nullptr);
+    }
     EXPECT_GT(mem.working_params[DSRT_LOC_DEVICE], 0u);
   }
 }
