@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -37,6 +39,43 @@ inline std::vector<float> partition_state(Engine &e, int state) {
   return out;
 }
 
+// On a GPU the engine without offload steps with the fused CUDA kernel and the offloaded one with
+// the CPU kernel: the same formula, rounded differently (the compiler contracts a*b+c into FMAs in
+// other places), so the two agree within a few fp32 ulps instead of bitwise. On the CPU device
+// both run the same CPU kernel and must be bitwise equal.
+inline bool optimizers_differ(Engine &e) { return e.device().type() != DSRT_DEVICE_CPU; }
+
+// Per tensor: the relative L2 error ||a - b|| / ||a|| at most rel (values that moved: never all
+// zeros). A relative bound per element would fail on elements that happen to sit near zero.
+inline void expect_close(const float *a, const float *b, size_t n, double rel, const char *what) {
+  double diff = 0.0, norm = 0.0, worst = 0.0;
+  size_t worst_at = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
+    diff += d * d;
+    norm += static_cast<double>(a[i]) * a[i];
+    if (std::fabs(d) > worst) worst = std::fabs(d), worst_at = i;
+  }
+  ASSERT_GT(norm, 0.0) << what << ": all zeros";
+  EXPECT_LE(std::sqrt(diff / norm), rel) << what << ": worst element " << worst_at << ": " << a[worst_at] << " vs "
+                                         << b[worst_at];
+}
+
+// The two devices sum the gradient norm in different orders (so the clip coefficient differs in its
+// last bits) and round the update differently: fp32 states and masters agree to 1e-4 after the
+// test's steps, 16-bit working copies to about one ulp of their format.
+inline double device_tolerance(dsrt_dtype dtype) {
+  return dtype == DSRT_BF16 ? 1.0 / 128 : dtype == DSRT_F16 ? 1.0 / 1024 : 1e-4;
+}
+
+inline void expect_masters_match(Engine &reference, Engine &offloaded) {
+  const auto want = read_all(reference), got = read_all(offloaded);
+  if (!optimizers_differ(reference)) return expect_bitwise_equal(want, got);
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t t = 0; t < want.size(); ++t)
+    expect_close(want[t].data(), got[t].data(), want[t].size(), device_tolerance(DSRT_F32), "master");
+}
+
 inline void expect_working_copies_equal(Engine &a, Engine &b) {
   for (size_t t = 0; t < a.num_tensors(); ++t) {
     std::vector<uint8_t> wa, wb;
@@ -44,7 +83,18 @@ inline void expect_working_copies_equal(Engine &a, Engine &b) {
     ASSERT_TRUE(testing_util::read_working_values(a, t, &wa, &da).ok());
     ASSERT_TRUE(testing_util::read_working_values(b, t, &wb, &db).ok());
     EXPECT_EQ(da, db);
-    EXPECT_EQ(wa, wb) << "working copy of tensor " << t;
+    if (!optimizers_differ(a)) {
+      EXPECT_EQ(wa, wb) << "working copy of tensor " << t;
+      continue;
+    }
+    ASSERT_EQ(wa.size(), wb.size());
+    const size_t n = wa.size() / dtype_size(da);
+    std::vector<float> fa(n), fb(n);
+    for (size_t i = 0; i < n; ++i) {
+      fa[i] = to_float(wa.data(), da, i);
+      fb[i] = to_float(wb.data(), db, i);
+    }
+    expect_close(fa.data(), fb.data(), n, device_tolerance(da), "working copy");
   }
 }
 
@@ -67,6 +117,8 @@ inline void run_offload_cpu_case(const OffloadCpuCase &c, const std::shared_ptr<
   s = make_engine(config, comm, offload_cpu_shapes(), &offloaded, true,
                   [staged](Engine &e) { return e.set_host_staging_on_cpu(staged); });
   ASSERT_TRUE(s.ok()) << s.message();
+  // A GPU engine always stages through host memory: the in-place route is the CPU device's.
+  if (optimizers_differ(*offloaded) && !staged) return;
   EXPECT_EQ(offloaded->host_grad_partition() != nullptr, staged);
 
   const int steps = fp16 ? 8 : 4 * c.accumulation;
@@ -75,11 +127,14 @@ inline void run_offload_cpu_case(const OffloadCpuCase &c, const std::shared_ptr<
   EXPECT_GE(offloaded->counters().applied_steps, 3);
   EXPECT_EQ(offloaded->counters().applied_steps, reference->counters().applied_steps);
   EXPECT_EQ(offloaded->counters().skipped_steps, reference->counters().skipped_steps);
-  expect_bitwise_equal(read_all(*reference), read_all(*offloaded));
+  expect_masters_match(*reference, *offloaded);
   expect_working_copies_equal(*reference, *offloaded);
   for (int state = -1; state < reference->num_optimizer_states(); ++state) {
     const std::vector<float> want = partition_state(*reference, state), got = partition_state(*offloaded, state);
-    EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0) << "state " << state;
+    if (optimizers_differ(*reference))
+      expect_close(want.data(), got.data(), want.size(), device_tolerance(DSRT_F32), "state");
+    else
+      EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0) << "state " << state;
   }
   // The weights moved (the comparison is not between two untouched engines).
   const std::vector<float> first = read_all(*offloaded)[1];
@@ -98,7 +153,7 @@ inline void run_offload_cpu_case(const OffloadCpuCase &c, const std::shared_ptr<
   ASSERT_TRUE(s.ok()) << s.message();
   train(*reference, 2, 50);
   train(*offloaded, 2, 50);
-  expect_bitwise_equal(read_all(*reference), read_all(*offloaded));
+  expect_masters_match(*reference, *offloaded);
   expect_working_copies_equal(*reference, *offloaded);
 
   // Memory: masters, states and (staged) the gradient copy on the host; the reduced partition and
