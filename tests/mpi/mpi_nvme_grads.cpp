@@ -68,6 +68,10 @@ TEST(MpiNvmeGrads, BitwiseTheInMemoryEngine) {
     std::unique_ptr<Engine> reference, offloaded;
     Status s = make_engine(config, g_world, kShapes, &reference);
     ASSERT_TRUE(s.ok()) << s.message();
+    // On a GPU the reference steps and sums the norm on the device and the NVMe-offloaded engine on
+    // the CPU: equal within fp32 rounding, not bitwise; and a GPU engine always stages.
+    const bool on_gpu = reference->device().type() != DSRT_DEVICE_CPU;
+    if (on_gpu && !staged) continue;
     set_nvme(&config, folder.path, c.sub_group, c.pipeline ? 4 : 2, c.pipeline);
     s = make_engine(config, g_world, kShapes, &offloaded, true,
                     [staged](Engine &e) { return e.set_host_staging_on_cpu(staged); });
@@ -80,14 +84,33 @@ TEST(MpiNvmeGrads, BitwiseTheInMemoryEngine) {
     run(*offloaded, 4, c.gas, c.fp16, &got);
     ASSERT_EQ(want.size(), got.size());
     for (size_t i = 0; i < want.size(); ++i) {
-      EXPECT_EQ(std::memcmp(&want[i].grad_norm, &got[i].grad_norm, sizeof(double)), 0) << "step " << i;
+      if (on_gpu && !std::isfinite(want[i].grad_norm))  // the overflow step
+        EXPECT_FALSE(std::isfinite(got[i].grad_norm)) << "step " << i;
+      else if (on_gpu)
+        EXPECT_NEAR(got[i].grad_norm, want[i].grad_norm, 1e-5 * want[i].grad_norm) << "step " << i;
+      else
+        EXPECT_EQ(std::memcmp(&want[i].grad_norm, &got[i].grad_norm, sizeof(double)), 0) << "step " << i;
       EXPECT_EQ(want[i].overflow, got[i].overflow) << "step " << i;
     }
     if (c.fp16) {
       EXPECT_EQ(got[2].overflow, 1);
     }
     EXPECT_GT(got[0].grad_norm, config.gradient_clipping) << "clipping must act in this test";
-    expect_bitwise_equal(read_all(*reference), read_all(*offloaded));
+    if (!on_gpu) {
+      expect_bitwise_equal(read_all(*reference), read_all(*offloaded));
+    } else {  // relative L2 error per tensor
+      const auto a = read_all(*reference), b = read_all(*offloaded);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t t = 0; t < a.size(); ++t) {
+        double diff = 0.0, norm = 0.0;
+        for (size_t i = 0; i < a[t].size(); ++i) {
+          diff += (static_cast<double>(a[t][i]) - b[t][i]) * (static_cast<double>(a[t][i]) - b[t][i]);
+          norm += static_cast<double>(a[t][i]) * a[t][i];
+        }
+        ASSERT_GT(norm, 0.0);
+        EXPECT_LE(std::sqrt(diff / norm), 1e-4) << "tensor " << t;
+      }
+    }
     dsrt_memory_stats mem;
     std::memset(&mem, 0, sizeof mem);
     mem.struct_size = sizeof mem;
