@@ -51,7 +51,12 @@ void micro_step(Engine &engine, int step) {
     ASSERT_TRUE(engine.acquire(t, &data, &working).ok());
     const int64_t n = engine.tensor_numel(t);
     std::vector<float> weights(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) weights[i] = to_float(data, working, static_cast<size_t>(i));
+    // The working copy lives on the engine's device (GPU memory on a GPU): read it through the device.
+    std::vector<uint8_t> host(static_cast<size_t>(n) * dtype_size(working));
+    Device &device = const_cast<Device &>(engine.device());
+    ASSERT_TRUE(device.copy(host.data(), data, host.size(), nullptr).ok());
+    ASSERT_TRUE(device.synchronize(nullptr).ok());
+    for (int64_t i = 0; i < n; ++i) weights[i] = to_float(host.data(), working, static_cast<size_t>(i));
     std::mt19937 rng(static_cast<uint32_t>(step * 7919 + t * 104729 + me * 31));
     std::normal_distribution<float> noise(0.0f, 0.5f);
     const Status written = testing_util::update_grad(engine, t, [&](void *buffer, dsrt_dtype dtype) {
