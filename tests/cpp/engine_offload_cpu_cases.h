@@ -45,22 +45,6 @@ inline std::vector<float> partition_state(Engine &e, int state) {
 // both run the same CPU kernel and must be bitwise equal.
 inline bool optimizers_differ(Engine &e) { return e.device().type() != DSRT_DEVICE_CPU; }
 
-// Per tensor: the relative L2 error ||a - b|| / ||a|| at most rel (values that moved: never all
-// zeros). A relative bound per element would fail on elements that happen to sit near zero.
-inline void expect_close(const float *a, const float *b, size_t n, double rel, const char *what) {
-  double diff = 0.0, norm = 0.0, worst = 0.0;
-  size_t worst_at = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
-    diff += d * d;
-    norm += static_cast<double>(a[i]) * a[i];
-    if (std::fabs(d) > worst) worst = std::fabs(d), worst_at = i;
-  }
-  ASSERT_GT(norm, 0.0) << what << ": all zeros";
-  EXPECT_LE(std::sqrt(diff / norm), rel) << what << ": worst element " << worst_at << ": " << a[worst_at] << " vs "
-                                         << b[worst_at];
-}
-
 // The two devices sum the gradient norm in different orders (so the clip coefficient differs in its
 // last bits) and round the update differently: fp32 states and masters agree to 1e-4 after the
 // test's steps, 16-bit working copies to about one ulp of their format.

@@ -198,15 +198,21 @@ inline Status read_partition_states(Engine &engine, std::vector<std::vector<floa
   return Status::Ok();
 }
 
+// Copies bytes between host memory and memory of the engine's device (either side may be either),
+// waiting for the copy: tests read and write GPU buffers with it as they do host buffers.
+inline Status copy_through_device(const Engine &engine, void *dst, const void *src, size_t bytes) {
+  Device &device = const_cast<Device &>(engine.device());
+  DSRT_RETURN_IF_ERROR(device.copy(dst, src, bytes, nullptr));
+  return device.synchronize(nullptr);
+}
+
 // The working values the host sees for tensor t (numel elements of *dtype, as bytes): acquire,
 // a copy through the engine's device into host memory, release. Collective at stage 3.
 inline Status read_working_values(Engine &engine, size_t t, std::vector<uint8_t> *out, dsrt_dtype *dtype) {
   void *data = nullptr;
   DSRT_RETURN_IF_ERROR(engine.acquire(t, &data, dtype));
   out->assign(static_cast<size_t>(engine.tensor_numel(t)) * dtype_size(*dtype), 0);
-  Device &device = const_cast<Device &>(engine.device());
-  Status copied = device.copy(out->data(), data, out->size(), nullptr);
-  if (copied.ok()) copied = device.synchronize(nullptr);
+  const Status copied = copy_through_device(engine, out->data(), data, out->size());
   const Status released = engine.release(t);
   DSRT_RETURN_IF_ERROR(copied);
   return released;
@@ -221,12 +227,9 @@ inline Status update_grad(Engine &engine, size_t t, Fn fn) {
   dsrt_dtype dtype;
   DSRT_RETURN_IF_ERROR(engine.grad(t, &buffer, &dtype));
   std::vector<uint8_t> host(static_cast<size_t>(engine.tensor_numel(t)) * dtype_size(dtype));
-  Device &device = const_cast<Device &>(engine.device());
-  DSRT_RETURN_IF_ERROR(device.copy(host.data(), buffer, host.size(), nullptr));
-  DSRT_RETURN_IF_ERROR(device.synchronize(nullptr));
+  DSRT_RETURN_IF_ERROR(copy_through_device(engine, host.data(), buffer, host.size()));
   fn(static_cast<void *>(host.data()), dtype);
-  DSRT_RETURN_IF_ERROR(device.copy(buffer, host.data(), host.size(), nullptr));
-  return device.synchronize(nullptr);
+  return copy_through_device(engine, buffer, host.data(), host.size());
 }
 
 }  // namespace testing_util

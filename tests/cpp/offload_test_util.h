@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -104,6 +105,22 @@ inline std::vector<std::vector<float>> read_all(Engine &e) {
     EXPECT_TRUE(st.ok()) << st.message();
   }
   return out;
+}
+
+// Per tensor: the relative L2 error ||a - b|| / ||a|| at most rel (values that moved: never all
+// zeros). A relative bound per element would fail on elements that happen to sit near zero.
+inline void expect_close(const float *a, const float *b, size_t n, double rel, const char *what) {
+  double diff = 0.0, norm = 0.0, worst = 0.0;
+  size_t worst_at = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
+    diff += d * d;
+    norm += static_cast<double>(a[i]) * a[i];
+    if (std::fabs(d) > worst) worst = std::fabs(d), worst_at = i;
+  }
+  ASSERT_GT(norm, 0.0) << what << ": all zeros";
+  EXPECT_LE(std::sqrt(diff / norm), rel) << what << ": worst element " << worst_at << ": " << a[worst_at] << " vs "
+                                         << b[worst_at];
 }
 
 // Bitwise equality (memcmp), reporting the first differing element.

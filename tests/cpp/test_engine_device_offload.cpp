@@ -67,9 +67,8 @@ TEST(EngineOffloadCpu, GradientsReachHostAsBucketsComplete) {
       // The reducer's partition lives on the engine's device: read it through the device.
       std::vector<float> reduced(n);
       auto reduced_partition = [&]() -> const float * {
-        Device &device = const_cast<Device &>(engine->device());
-        Status copied = device.copy(reduced.data(), engine->grad_reducer().grad_partition(), n * sizeof(float), nullptr);
-        if (copied.ok()) copied = device.synchronize(nullptr);
+        const Status copied = testing_util::copy_through_device(*engine, reduced.data(),
+                                                                engine->grad_reducer().grad_partition(), n * sizeof(float));
         EXPECT_TRUE(copied.ok()) << copied.message();
         return reduced.data();
       };

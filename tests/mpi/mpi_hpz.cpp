@@ -57,9 +57,7 @@ void micro_step(Engine &engine, int step) {
     std::vector<float> weights(static_cast<size_t>(n));
     // The working copy lives on the engine's device (GPU memory on a GPU): read it through the device.
     std::vector<uint8_t> host(static_cast<size_t>(n) * dtype_size(DSRT_BF16));
-    Device &device = const_cast<Device &>(engine.device());
-    ASSERT_TRUE(device.copy(host.data(), data, host.size(), nullptr).ok());
-    ASSERT_TRUE(device.synchronize(nullptr).ok());
+    ASSERT_TRUE(testing_util::copy_through_device(engine, host.data(), data, host.size()).ok());
     for (int64_t i = 0; i < n; ++i) weights[i] = to_float(host.data(), DSRT_BF16, static_cast<size_t>(i));
     std::mt19937 rng(static_cast<uint32_t>(step * 7919 + t * 104729 + me * 31));
     std::normal_distribution<float> noise(0.0f, 0.2f);
