@@ -159,76 +159,28 @@ Status Engine::add_param(const std::string &name, const int64_t *shape, int ndim
 }
 
 Status Engine::allocate_states() {
-  const size_t part = static_cast<size_t>(part_.partition_elems());
   num_states_ = optimizer_state_count(config_.optimizer);
   // SGD keeps a momentum buffer when any group uses momentum.
   if (config_.optimizer.type == OptimizerType::SGD) num_states_ = groups_.any_momentum() ? 1 : 0;
-  const bool on_nvme = config_.zero.offload_optimizer.device == OffloadDevice::Nvme;
-  // Offloaded to the CPU, the masters and states are host memory (zeroed, as device memory): only
-  // the CPU optimizer and host-side reads touch them, so they are page-locked only when
-  // offload_optimizer.pin_memory asks (DeepSpeed's meaning). The transfer staging below is always pinned.
-  const bool on_host = host_optimizer();
-  // offload_optimizer.ratio < 1: the first store_.split() elements stay on the device (fp32 masters
-  // only: the bf16 master mode refuses a ratio below 1, so a split never meets bf16 storage).
-  store_.set_device(device_.get(), on_host);
-  store_.set_split(compute_offload_split());
-  const size_t split = static_cast<size_t>(store_.split());
-  auto allocate_state = [&](DeviceBuffer *out, dsrt_dtype dtype, const char *what) {
-    const Status s = on_host ? allocate_offloaded((part - split) * dtype_size(dtype), config_.zero.offload_optimizer, out)
-                             : device_->allocate(part * dtype_size(dtype), out);
-    return s.with_context(what);
-  };
-  if (split > 0) {
-    auto fill_device = [&](DeviceBuffer *buffer, size_t n, float value) -> Status {
-      if (value == 0.0f || n == 0) return Status::Ok();
-      const std::vector<float> filled(n, value);
-      DSRT_RETURN_IF_ERROR(device_->copy(buffer->data(), filled.data(), n * sizeof(float), nullptr));
-      return device_->synchronize(nullptr);
-    };
-    DSRT_RETURN_IF_ERROR(device_->allocate(split * sizeof(float), &store_.device_part(-1))
-                             .with_context("allocating the device part of the fp32 master weights (offload_optimizer.ratio)"));
-    for (int i = 0; i < num_states_; ++i) {
-      DSRT_RETURN_IF_ERROR(device_->allocate(split * sizeof(float), &store_.device_part(i))
-                               .with_context("allocating the device part of the optimizer states (offload_optimizer.ratio)"));
-      DSRT_RETURN_IF_ERROR(fill_device(&store_.device_part(i), split, optimizer_state_initial_value(config_.optimizer, i)));
-    }
-  }
-  // ratio 0: nothing is left for the host.
-  const bool host_part = !on_nvme && !(on_host && split == part);
-  if (host_part)
-    DSRT_RETURN_IF_ERROR(allocate_state(&store_.buffer(-1), store_.master_dtype(),
-                                        store_.master_dtype() == DSRT_F32 ? "allocating fp32 master weights"
-                                                                  : "allocating bf16 master weights"));
-  for (int i = 0; i < num_states_ && host_part; ++i) {
-    DSRT_RETURN_IF_ERROR(allocate_state(&store_.buffer(i), store_.state_dtype(), "allocating optimizer states"));
-    const float value = optimizer_state_initial_value(config_.optimizer, i);
-    if (value == 0.0f) continue;
-    if (split > 0) {
-      std::fill(store_.buffer(i).as<float>(), store_.buffer(i).as<float>() + (part - split), value);  // host, fp32
-      continue;
-    }
-    const std::vector<float> filled(part, value);
-    DSRT_RETURN_IF_ERROR(store_.copy(i, 0, part, const_cast<float *>(filled.data()), true));
-  }
-  if (stages_through_host()) {
-    // Stage 3 NVMe swaps the gradient partition instead (engine_nvme_grads.cpp).
-    if (!nvme_swaps_gradients()) {
-      DSRT_RETURN_IF_ERROR(device_->allocate_pinned(part * sizeof(float), &host_grads_)
-                               .with_context("allocating the host gradient partition (optimizer offload)"));
-      // Padding is never copied from the device; the norm reads it, so it must be zero.
-      std::memset(host_grads_.data(), 0, part * sizeof(float));
-    }
-    DSRT_RETURN_IF_ERROR(device_->allocate_pinned(part * dtype_size(working_dtype()), &host_working_)
-                             .with_context("allocating the host working-copy staging (optimizer offload)"));
-  }
+  // Where the masters, states and the offloaded step's staging live: offload/state_store.h.
+  StateStoreLayout layout;
+  layout.partition_elems = static_cast<size_t>(part_.partition_elems());
+  layout.num_states = num_states_;
+  for (int i = 0; i < num_states_; ++i) layout.state_initial[i] = optimizer_state_initial_value(config_.optimizer, i);
+  layout.offloaded = host_optimizer();
+  layout.pin_memory = config_.zero.offload_optimizer.pin_memory;
+  layout.split = compute_offload_split();
+  store_.set_split(layout.split);  // stages_through_host() below reads it
+  layout.on_nvme = config_.zero.offload_optimizer.device == OffloadDevice::Nvme;
+  if (layout.on_nvme) layout.nvme = nvme_options();
+  // Stage 3 NVMe swaps the gradient partition instead of a host copy (engine_nvme_grads.cpp).
+  layout.stage_grads = stages_through_host() && !nvme_swaps_gradients();
+  layout.stage_working = stages_through_host();
+  layout.working_dtype = working_dtype();
+  DSRT_RETURN_IF_ERROR(store_.allocate(device_.get(), layout));
   const size_t working_bytes = static_cast<size_t>(part_.resident_working_elems()) * dtype_size(working_dtype());
   DSRT_RETURN_IF_ERROR(device_->allocate(working_bytes, &working_).with_context("allocating working copies"));
   return Status::Ok();
-}
-
-Status Engine::allocate_offloaded(size_t bytes, const OffloadConfig &offload, DeviceBuffer *out) {
-  if (offload.pin_memory) return device_->allocate_pinned(bytes, out);
-  return allocate_host(bytes, "allocating offloaded host memory", out);
 }
 
 double Engine::current_lr() const { return scheduler_->lr(); }
@@ -255,7 +207,6 @@ Status Engine::read_partition_state(int state, size_t offset, size_t count, floa
   DSRT_RETURN_IF_ERROR(require_built("read_partition_state"));
   DSRT_RETURN_IF_ERROR(check_partition_range("read_partition_state", state, offset, count, out));
   if (count == 0) return Status::Ok();
-  if (nvme_) return nvme_range(state, offset, count, out, false);
   return store_.copy(state, offset, count, out, false);
 }
 
@@ -264,7 +215,6 @@ Status Engine::write_partition_state(int state, size_t offset, size_t count, con
   DSRT_RETURN_IF_ERROR(require_no_pending("write_partition_state"));
   DSRT_RETURN_IF_ERROR(check_partition_range("write_partition_state", state, offset, count, src));
   if (count == 0) return Status::Ok();
-  if (nvme_) return nvme_range(state, offset, count, const_cast<float *>(src), true);
   return store_.copy(state, offset, count, const_cast<float *>(src), true);
 }
 
@@ -294,24 +244,24 @@ Status Engine::memory(dsrt_memory_stats *out) const {
     if (coordinator_) stats.working_params[dev] += coordinator_->gathered_bytes() + coordinator_->secondary_bytes();
     stats.working_params[DSRT_LOC_HOST] += param_nvme_resident_bytes();
     stats.working_params[DSRT_LOC_NVME] += param_nvme_shard_bytes();
-    if (param_nvme_) stats.buffers[DSRT_LOC_HOST] += param_nvme_->host_bytes();
-    if (nvme_) {
+    if (param_nvme_offload()) stats.buffers[DSRT_LOC_HOST] += param_nvme_swapper()->host_bytes();
+    if (const NvmeStates *nvme = store_.nvme()) {
       // Masters and states live in the swap files; the gradients too at stage 3 (the pool buffers
       // that carry them are counted below), else in host memory.
       const uint64_t elems = static_cast<uint64_t>(part_.partition_elems());
       // The reducer's accumulator: on the device on the staged route, with its host copy unless swapped.
       stats.gradients[stages_through_host() ? dev : DSRT_LOC_HOST] += reducer_.accumulator_bytes();
-      stats.gradients[DSRT_LOC_HOST] += host_grads_.bytes();
-      if (grad_swap_) stats.gradients[DSRT_LOC_NVME] += grad_swap_->bytes_on_disk();
+      stats.gradients[DSRT_LOC_HOST] += store_.host_grads().bytes();
+      if (nvme->grad_swap()) stats.gradients[DSRT_LOC_NVME] += nvme->grad_swap()->bytes_on_disk();
       stats.master_params[DSRT_LOC_NVME] += elems * dtype_size(store_.master_dtype());
       stats.optimizer_states[DSRT_LOC_NVME] += elems * dtype_size(store_.state_dtype()) * static_cast<uint64_t>(num_states_);
-      stats.buffers[DSRT_LOC_HOST] += nvme_->host_bytes();
+      stats.buffers[DSRT_LOC_HOST] += nvme->swapper().host_bytes();
     } else {
       // Offloaded: the reduced partition stays on the device (the reducer's accumulator) and its
       // fp32 copy for the optimizer is in host memory.
       const int opt_loc = host_optimizer() ? DSRT_LOC_HOST : dev;
       stats.gradients[dev] += reducer_.accumulator_bytes();
-      stats.gradients[DSRT_LOC_HOST] += host_grads_.bytes();
+      stats.gradients[DSRT_LOC_HOST] += store_.host_grads().bytes();
       stats.master_params[opt_loc] += store_.buffer(-1).bytes();
       for (int i = 0; i < num_states_; ++i) stats.optimizer_states[opt_loc] += store_.buffer(i).bytes();
       // offload_optimizer.ratio < 1: the device part of the masters and states.
@@ -328,7 +278,7 @@ Status Engine::memory(dsrt_memory_stats *out) const {
     stats.optimizer_states[dev] += onebit_lamb_.fresh.size() * sizeof(float) + onebit_lamb_.d_fresh.bytes();
     stats.buffers[dev] += onebit_lamb_.last.size() * sizeof(float) + onebit_lamb_.d_last.bytes() +
                           onebit_lamb_.d_scalars.bytes();
-    stats.buffers[DSRT_LOC_HOST] += host_working_.bytes();
+    stats.buffers[DSRT_LOC_HOST] += store_.host_working().bytes();
     stats.buffers[dev] += reducer_.buffer_bytes() + stage_->buffer_bytes();
     if (coordinator_) stats.buffers[dev] += coordinator_->cached_bytes();
   }

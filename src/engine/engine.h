@@ -1,4 +1,5 @@
-// engine.h -- the Engine: tensor registry, state buffers, and the training step for ZeRO 0-3.
+// engine.h -- the Engine: tensor registry and the training step for ZeRO 0-3; where the state
+// lives (device, host, NVMe) is its StateStore (offload/state_store.h).
 //
 // The engine implements PartitionedState (zero/partitioned_state.h), the narrow view checkpoints
 // read and write: the partitioning, this rank's masters and optimizer states wherever they live,
@@ -160,25 +161,26 @@ class Engine final : public PartitionedState {
   dsrt_dtype state_dtype() const { return store_.state_dtype(); }
   Status read_partition_state(int state, size_t offset, size_t count, float *out) override;
   Status write_partition_state(int state, size_t offset, size_t count, const float *src) override;
-  bool nvme_offload() const override { return nvme_ != nullptr; }
-  NvmeSwapper *nvme_swapper() const { return nvme_.get(); }  // tests: fault injection, statistics
+  bool nvme_offload() const override { return store_.nvme() != nullptr; }
+  // tests: fault injection, statistics
+  NvmeSwapper *nvme_swapper() const { return store_.nvme() ? &store_.nvme()->swapper() : nullptr; }
   const SubGroupPipelineStats &last_nvme_step() const { return nvme_stats_; }
   // Stage 3 with offload_optimizer "nvme" on the CPU device: the gradient partition is swapped too
   // (engine_nvme_grads.cpp); null otherwise. last_nvme_norm_pass(): the boundary's norm pass over it.
-  GradSwap *nvme_grad_swap() const { return grad_swap_.get(); }
+  GradSwap *nvme_grad_swap() const { return store_.nvme() ? store_.nvme()->grad_swap() : nullptr; }
   // Tests and benchmarks: before build, keep the gradient partition in memory under NVMe offload
   // (the route before gradient swapping), to compare memory and step time against it.
   Status set_nvme_gradient_swap(bool on);
   const SubGroupPipelineStats &last_nvme_norm_pass() const { return nvme_norm_stats_; }
   void *working_copy() const override { return working_.data(); }  // nullptr between steps with offload_param
-  bool param_offload() const { return param_source_ != nullptr; }     // offload_param "cpu" or "nvme"
-  bool param_nvme_offload() const { return param_nvme_ != nullptr; }  // offload_param "nvme"
-  NvmeSwapper *param_nvme_swapper() const { return param_nvme_.get(); }
+  bool param_offload() const { return store_.param_shards() != nullptr; }  // offload_param "cpu" or "nvme"
+  bool param_nvme_offload() const { return param_nvme_swapper() != nullptr; }  // offload_param "nvme"
+  NvmeSwapper *param_nvme_swapper() const { return param_offload() ? store_.param_shards()->swapper() : nullptr; }
   const GradReducer &grad_reducer() const { return reducer_; }
   // offload_optimizer: the host copy of the fp32 gradient partition (nullptr without offload, and
   // on the CPU device, where the optimizer reads the accumulator in place, and at stage 3 with
   // offload_optimizer nvme, where the gradient partition is swapped).
-  const float *host_grad_partition() const { return host_grads_.as<float>(); }
+  const float *host_grad_partition() const { return store_.host_grads().as<float>(); }
   // Tests: before build, make offload_optimizer "cpu" or "nvme" on the CPU device stage the
   // gradients and the working partition through host buffers as on a GPU (the default there is in place).
   Status set_host_staging_on_cpu(bool on);
@@ -308,12 +310,10 @@ class Engine final : public PartitionedState {
   Status check_partition_range(const char *what, int state, size_t offset, size_t count, const float *data) const;
 
   // ZeRO-Offload (offload_optimizer.device "cpu"): the fp32 masters and optimizer states are in
-  // pinned host memory; at each boundary the reduced gradient partition is copied into
-  // host_grads_, the norm, overflow check and optimizer run on the host, and the new working
-  // values are written into host_working_ (partition coordinates) and copied into working_. On
-  // the CPU device (stages_through_host() false) they read the accumulator and write working_.
-  // Host memory for offloaded states: page-locked when offload.pin_memory, else pageable.
-  Status allocate_offloaded(size_t bytes, const OffloadConfig &offload, DeviceBuffer *out);
+  // host memory (store_); at each boundary the reduced gradient partition is copied into
+  // store_.host_grads(), the norm, overflow check and optimizer run on the host, and the new working
+  // values are written into store_.host_working() (partition coordinates) and copied into working_.
+  // On the CPU device (stages_through_host() false) they read the accumulator and write working_.
   // NVMe swap buffers are always page-locked on a GPU (they are DMA sources and targets), as DeepSpeed's are.
   PinnedPool::Allocator swap_buffer_allocator() const;
   bool host_optimizer() const { return config_.zero.offload_optimizer.device == OffloadDevice::Cpu; }
@@ -334,7 +334,7 @@ class Engine final : public PartitionedState {
   bool host_staging_on_cpu_ = false;
   // Masters and states resident in host-addressable memory (master_partition() is non-null).
   bool states_resident_on_host() const {
-    return !nvme_ && store_.split() == 0 && (host_optimizer() || device_->type() == DSRT_DEVICE_CPU);
+    return !store_.nvme() && store_.split() == 0 && (host_optimizer() || device_->type() == DSRT_DEVICE_CPU);
   }
   // ZeRO-Offload++ (offload_optimizer.ratio < 1; engine_offload_split.cpp): partition elements
   // [0, split) keep masters and states on the device (store_.device_part), the rest in
@@ -347,42 +347,32 @@ class Engine final : public PartitionedState {
   Status order_host_after_engine();
   DeviceStream host_stream_ = nullptr;
   DeviceEvent order_event_ = nullptr;
-  // The fp32 gradient partition the norm and the optimizer read (host_grads_ when offloaded).
+  // The fp32 gradient partition the norm and the optimizer read (store_.host_grads() when staged).
   const float *step_grads() const;
   Status stage_host_grads();
-  // Copies [part_offset, +count) runs of host_working_ (every owned segment, adjacent ones merged)
+  // Copies [part_offset, +count) runs of store_.host_working() (every owned segment, adjacent ones merged)
   // into the working copy of this rank's partition.
   Status upload_working_partition();
   // working_[elem_offset, +n) = cast(src[0, n)) from host fp32 values, through a host buffer.
   Status write_working_from_host(const float *src, size_t n, int64_t elem_offset);
   // Element offset in working_ of partition offset 0 (stages 1-2: this rank's flat partition).
   int64_t working_partition_base() const;
-  DeviceBuffer host_grads_;    // offload "cpu": pinned fp32 gradient partition
-  DeviceBuffer host_working_;  // offload "cpu": pinned working-dtype staging of the partition
 
-  // NVMe optimizer offload (engine_nvme.cpp). The partition is cut into sub-groups of
-  // zero_optimization.sub_group_size elements (0: one per parameter, as in DeepSpeed); sub-group g
-  // spans [nvme_group_begin_[g], nvme_group_begin_[g + 1]) and holds arrays "g<g>.master", "g<g>.s0"...
-  Status nvme_build(const std::vector<OwnedSegment> &segments);
+  // NVMe optimizer offload (engine_nvme.cpp): the masters and states are in the store's NVMe
+  // sub-groups (store_.nvme(), offload/nvme_states.h); the engine runs the optimizer pass over them.
   Status nvme_optimizer_update(float grad_scale, size_t first_group);
   Status nvme_agree(Status local);
   Status nvme_resume_step(dsrt_step_result *out);
-  Status nvme_range(int state, size_t offset, size_t count, float *data, bool write);
-  std::string nvme_array(size_t group, int state) const;
-  std::unique_ptr<NvmeSwapper> nvme_;
-  std::vector<SubGroup> nvme_groups_;
-  std::vector<int64_t> nvme_group_begin_;  // one more entry than nvme_groups_ (the partition's end)
+  // The store's layout for offload_optimizer "nvme": the sub-group size and the swapper's options.
+  NvmeStatesOptions nvme_options() const;
   SubGroupPipelineStats nvme_stats_;
-  // Gradient swapping (engine_nvme_grads.cpp): sub-group g's fp32 gradient is array "g<g>.grad",
-  // read by the optimizer pass beside its master and states (never written back by it).
+  // Gradient swapping (engine_nvme_grads.cpp): sub-group g's fp32 gradient is the store's array
+  // "g<g>.grad", read by the optimizer pass beside its master and states (never written back by it).
   bool nvme_swaps_gradients() const;
-  std::string nvme_grad_array(size_t group) const;
-  Status nvme_grads_build();
   void nvme_grad_reducer_options(ReducerOptions *options);
   Status nvme_grad_sum_squares(float scale, double *sum, bool *nonfinite);
   Status nvme_grads_from_device();  // staged route: device accumulator -> swap files at the boundary
   bool nvme_gradient_swap_ = true;
-  std::unique_ptr<GradSwap> grad_swap_;  // after nvme_: destroyed first (it borrows nvme_'s store)
   SubGroupPipelineStats nvme_norm_stats_;
   // A boundary whose NVMe optimizer pass failed: the next step() call resumes it from
   // next_group (the sub-groups before it hold the new step) instead of starting a micro-step.
@@ -396,14 +386,15 @@ class Engine final : public PartitionedState {
   std::unique_ptr<PendingStep> pending_;
 
   // Parameter offload (engine_param_nvme.cpp, offload_param at stage 3). The shard of every
-  // non-persistent tensor lives in pinned host memory ("cpu"; and under "nvme" the first ones, in
-  // registration order, whose shards fit in offload_param.max_in_cpu elements) or in the array
-  // "p<t>" of its own SwapStore ("nvme"). "cpu" on the CPU device: the kept shards are in the working
+  // non-persistent tensor lives in the store's ParamShards (store_.param_shards(),
+  // offload/param_shards.h): pinned host memory ("cpu"; and under "nvme" the first ones, in
+  // registration order, whose shards fit in offload_param.max_in_cpu elements) or the array "p<t>"
+  // of its own SwapStore ("nvme"). "cpu" on the CPU device: the kept shards are in the working
   // layout and working_ is a view of them while a step or refresh rewrites them. Otherwise
   // working_ (device memory) is allocated only while a step or
   // refresh rewrites the shards (param_nvme_open .. _close, for both devices of offload_param; a
   // failed write-back keeps it, and the next close writes it). The coordinator takes the shards
-  // through param_source_ (and reads ahead from NVMe in the background).
+  // from the ParamShards, its ShardSource (and reads ahead from NVMe in the background).
  public:
   // This rank's working shard of t (shard_size elements, working dtype) into dst (host memory),
   // wherever it is (resident, kept in host memory, or on NVMe). Stage 3 only; for save_16bit_model.
@@ -421,9 +412,6 @@ class Engine final : public PartitionedState {
   Status param_nvme_close();
   Status release_working_shards();
   Status param_nvme_write_shard(size_t t, const float *full);
-  std::string param_array(size_t t) const { return "p" + std::to_string(t); }
-  std::unique_ptr<NvmeSwapper> param_nvme_;  // "nvme" only
-  std::unique_ptr<ShardSource> param_source_;  // declared before coordinator_: outlives it
 
   TrainConfig config_;
   std::shared_ptr<Comm> comm_;
@@ -445,7 +433,8 @@ class Engine final : public PartitionedState {
   bool built_ = false;
 
   Partitioning part_;
-  // The masters and optimizer states in memory (offload/state_store.h; NVMe: nvme_ below).
+  // The masters and optimizer states wherever they live (device, host, NVMe sub-groups) and the
+  // offloaded step's host staging (offload/state_store.h).
   StateStore store_;
   int num_states_ = 0;
   DeviceBuffer working_;

@@ -75,18 +75,15 @@ Status Engine::build_impl() {
   DSRT_RETURN_IF_ERROR(part_.build(numels, config_.zero.stage, part_comm_->size()));
   DSRT_RETURN_IF_ERROR(allocate_states());
 
-  // Masters from the hosts' initial values (identical on every rank by contract).
-  if (config_.zero.offload_optimizer.device == OffloadDevice::Nvme) {
-    DSRT_RETURN_IF_ERROR(nvme_build(part_.owned_segments(part_rank())));
-  } else {
-    // The masters may be device memory, bf16, or split by offload_optimizer.ratio: StateStore::copy
-    // converts and copies through the device.
+  // Masters from the hosts' initial values (identical on every rank by contract), wherever the
+  // store keeps them (in memory, or the NVMe sub-groups created here).
+  {
+    std::vector<StatePiece> pieces;
     for (const OwnedSegment &seg : part_.owned_segments(part_rank())) {
       const TensorInfo &info = tensors_[seg.tensor];
-      if (!info.init.empty())
-        DSRT_RETURN_IF_ERROR(store_.copy(-1, static_cast<size_t>(seg.part_offset), static_cast<size_t>(seg.count),
-                                              const_cast<float *>(info.init.data() + seg.tensor_begin), true));
+      pieces.push_back(StatePiece{seg.part_offset, seg.count, info.init.empty() ? nullptr : info.init.data() + seg.tensor_begin});
     }
+    DSRT_RETURN_IF_ERROR(store_.initialize(pieces));
   }
   if (part_.flat()) {
     // Every rank holds the whole working copy; fill it locally instead of gathering.
@@ -115,17 +112,17 @@ Status Engine::build_impl() {
   ro.predivide_factor = config_.gradient_predivide_factor;
   ro.accumulation_steps = config_.gradient_accumulation_steps;
   ro.replica_comm = replica_comm_.get();
-  if (stages_through_host() && !grad_swap_) {
+  if (stages_through_host() && !nvme_grad_swap()) {
     // Each range of the gradient partition goes to host memory as soon as it is final, while the
     // host's backward goes on (DeepSpeed's ZeRO-Offload overlaps this copy with backward too).
     ro.on_final_range = [this](int64_t part_offset, int64_t count) {
       return device_
-          ->copy(host_grads_.as<float>() + part_offset, reducer_.grad_partition() + part_offset,
+          ->copy(store_.host_grads().as<float>() + part_offset, reducer_.grad_partition() + part_offset,
                  static_cast<size_t>(count) * sizeof(float), nullptr)
           .with_context("copying reduced gradients to host memory (offload_optimizer)");
     };
   }
-  if (grad_swap_ && !stages_through_host()) nvme_grad_reducer_options(&ro);  // stage 3 NVMe: the gradient partition is swapped
+  if (nvme_grad_swap() && !stages_through_host()) nvme_grad_reducer_options(&ro);  // stage 3 NVMe: the gradient partition is swapped
   const bool zeropp = config_.zero.zero_quantized_weights || config_.zero.zero_quantized_nontrainable_weights ||
                       config_.zero.zero_quantized_gradients;
   if (zeropp && part_.stage() != 3)

@@ -1,14 +1,13 @@
 // defines: the engine's gradient swapping under NVMe optimizer offload at stage 3 (ZeRO-Infinity
 // swaps the gradient partition as it does the optimizer states): the reducer accumulates each
-// reduced range into its sub-group's gradient array through GradSwap (src/offload/grad_swap.h)
-// instead of a partition-sized host buffer; at the boundary a read-only pass over the arrays gives
-// the norm and overflow flag (bitwise what cpu_sum_squares over the in-memory partition gives), and
-// the optimizer pass reads each sub-group's gradient with its master and states (engine_nvme.cpp).
-// On a GPU (the staged route) the reducer sums the window on the device and nvme_grads_from_device
-// moves it sub-group by sub-group into the swap files at the boundary.
+// reduced range into its sub-group's gradient array through the store's GradSwap
+// (src/offload/nvme_states.h, grad_swap.h) instead of a partition-sized host buffer; at the
+// boundary a read-only pass over the arrays gives the norm and overflow flag (bitwise what
+// cpu_sum_squares over the in-memory partition gives), and the optimizer pass reads each
+// sub-group's gradient with its master and states (engine_nvme.cpp). On a GPU (the staged route)
+// the reducer sums the window on the device and nvme_grads_from_device moves it sub-group by
+// sub-group into the swap files at the boundary.
 #include "engine/engine.h"
-#include "optim/sum_squares_stream.h"
-#include "util/log.h"
 
 namespace dsrt {
 
@@ -22,16 +21,8 @@ Status Engine::set_nvme_gradient_swap(bool on) {
   return Status::Ok();
 }
 
-std::string Engine::nvme_grad_array(size_t group) const { return Format("g%zu.grad", group); }
-
-Status Engine::nvme_grads_build() {
-  grad_swap_ = std::make_unique<GradSwap>(nvme_->store(), nvme_->pool(), nvme_group_begin_,
-                                          [this](size_t g) { return nvme_grad_array(g); });
-  return grad_swap_->initialize().with_context("build: the gradient swap files (offload_optimizer nvme)");
-}
-
 void Engine::nvme_grad_reducer_options(ReducerOptions *options) {
-  GradSwap *swap = grad_swap_.get();
+  GradSwap *swap = store_.nvme()->grad_swap();
   options->map_range = [swap](int64_t offset, int64_t count, float **dst, int64_t *mapped) {
     return swap->map(offset, count, dst, mapped);
   };
@@ -42,44 +33,13 @@ void Engine::nvme_grad_reducer_options(ReducerOptions *options) {
 }
 
 Status Engine::nvme_grads_from_device() {
-  // The staged (GPU) route: the reducer summed the window in its device accumulator; each
-  // sub-group's range goes device -> its pool buffer (checked copy on the engine's stream, waited
-  // for before the buffer is written back) -> its swap file. No partition-sized host buffer.
-  grad_swap_->begin_window();
-  const int64_t part = part_.partition_elems();
-  const float *acc = reducer_.grad_partition();
-  for (int64_t offset = 0; offset < part;) {
-    float *dst = nullptr;
-    int64_t mapped = 0;
-    DSRT_RETURN_IF_ERROR(grad_swap_->map(offset, part - offset, &dst, &mapped));
-    DSRT_RETURN_IF_ERROR(device_->copy(dst, acc + offset, static_cast<size_t>(mapped) * sizeof(float), nullptr)
-                             .with_context("step: copying reduced gradients to the swap buffers (offload_optimizer nvme)"));
-    DSRT_RETURN_IF_ERROR(device_->synchronize(nullptr));
-    offset += mapped;
-  }
-  return grad_swap_->flush().with_context("writing the gradient partition to the swap files (offload_optimizer nvme)");
+  // The staged (GPU) route: the reducer summed the window in its device accumulator; the store
+  // moves it sub-group by sub-group into the swap files.
+  return store_.nvme()->grads_from_device(*device_, reducer_.grad_partition());
 }
 
 Status Engine::nvme_grad_sum_squares(float scale, double *sum, bool *nonfinite) {
-  DSRT_RETURN_IF_ERROR(grad_swap_->finish_window());
-  const size_t groups = grad_swap_->sub_groups();
-  std::vector<SubGroup> todo(groups);
-  for (size_t g = 0; g < groups; ++g)
-    todo[g].arrays.push_back(SubGroupArray{nvme_grad_array(g), grad_swap_->array_bytes(g), false});
-  SumSquaresStream stream(static_cast<size_t>(part_.partition_elems()));
-  auto add = [&stream](const SubGroupView &view) -> Status {
-    stream.add(view.f32(0), static_cast<size_t>(view.count_f32(0)));
-    return Status::Ok();
-  };
-  SubGroupPipelineStats stats;
-  const Status status = nvme_->pipeline().run(todo, add, &stats);
-  nvme_norm_stats_ = stats;
-  DSRT_RETURN_IF_ERROR(status.with_context("reading the swapped gradients for their norm"));
-  if (stream.added() != static_cast<size_t>(part_.partition_elems()))
-    return Error(DSRT_ERR_INTERNAL, "gradient norm pass: %zu of %lld elements read", stream.added(),
-                 static_cast<long long>(part_.partition_elems()));
-  *sum = stream.finish(scale, nonfinite);
-  return Status::Ok();
+  return store_.nvme()->grad_sum_squares(scale, sum, nonfinite, &nvme_norm_stats_);
 }
 
 }  // namespace dsrt

@@ -52,12 +52,12 @@ Status Engine::split_optimizer_update(float grad_scale) {
       const int64_t hi = on_device ? std::min(end, split) : end;
       OptimizerSlice s;
       s.master = store_.at(-1, lo);
-      s.grad = (on_device ? reducer_.grad_partition() : host_grads_.as<float>()) + lo;
+      s.grad = (on_device ? reducer_.grad_partition() : store_.host_grads().as<float>()) + lo;
       s.grad_dtype = DSRT_F32;
       s.state0 = num_states_ > 0 ? store_.at(0, lo) : nullptr;
       s.state1 = num_states_ > 1 ? store_.at(1, lo) : nullptr;
       s.working = on_device ? static_cast<char *>(working_.data()) + (working_partition_base() + lo) * wsize
-                            : host_working_.as<char>() + lo * wsize;
+                            : store_.host_working().as<char>() + lo * wsize;
       s.working_dtype = wdt;
       s.n = static_cast<size_t>(hi - lo);
       (on_device ? device_slices : host_slices)[g].push_back(s);

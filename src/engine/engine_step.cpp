@@ -43,16 +43,16 @@ int64_t Engine::working_partition_base() const {
 }
 
 const float *Engine::step_grads() const {
-  return stages_through_host() ? host_grads_.as<float>() : reducer_.grad_partition();
+  return stages_through_host() ? store_.host_grads().as<float>() : reducer_.grad_partition();
 }
 
 Status Engine::stage_host_grads() {
   if (!stages_through_host()) return Status::Ok();
-  if (grad_swap_) return nvme_grads_from_device();  // stage 3 NVMe: into the swap files
+  if (nvme_grad_swap()) return nvme_grads_from_device();  // stage 3 NVMe: into the swap files
   // Normally every range was copied as it became final; only wait for those copies.
   if (reducer_.final_ranges_delivered()) return device_->synchronize(nullptr);
   const size_t bytes = static_cast<size_t>(part_.partition_elems()) * sizeof(float);
-  DSRT_RETURN_IF_ERROR(device_->copy(host_grads_.data(), reducer_.grad_partition(), bytes, nullptr)
+  DSRT_RETURN_IF_ERROR(device_->copy(store_.host_grads().data(), reducer_.grad_partition(), bytes, nullptr)
                            .with_context("step: copying the gradient partition to host memory (offload_optimizer cpu)"));
   return device_->synchronize(nullptr);
 }
@@ -61,7 +61,7 @@ Status Engine::upload_working_partition() {
   const std::vector<OwnedSegment> segments = part_.owned_segments(part_rank());
   const int64_t wsize = static_cast<int64_t>(dtype_size(working_dtype()));
   char *working = static_cast<char *>(working_.data()) + working_partition_base() * wsize;
-  const char *staged = host_working_.as<char>();
+  const char *staged = store_.host_working().as<char>();
   for (size_t i = 0; i < segments.size();) {
     // One copy per run of adjacent segments: padding between runs is never written. With
     // offload_optimizer.ratio the device part [0, store_.split()) was written on the device.
@@ -92,7 +92,7 @@ Status Engine::write_working_from_host(const float *src, size_t n, int64_t elem_
 }
 
 Status Engine::optimizer_update(float grad_scale) {
-  if (nvme_) return nvme_optimizer_update(grad_scale, 0);
+  if (store_.nvme()) return nvme_optimizer_update(grad_scale, 0);
   if (store_.split() > 0) return split_optimizer_update(grad_scale);
   const std::vector<OwnedSegment> segments = part_.owned_segments(part_rank());
   const dsrt_dtype wdt = working_dtype();
@@ -104,7 +104,7 @@ Status Engine::optimizer_update(float grad_scale) {
   const bool staged = stages_through_host();
   const int64_t working_base = staged ? 0 : working_partition_base();
   const float *grads = step_grads();
-  char *working = staged ? host_working_.as<char>() : static_cast<char *>(working_.data());
+  char *working = staged ? store_.host_working().as<char>() : static_cast<char *>(working_.data());
   const bool bf16_master = store_.master_dtype() == DSRT_BF16, bf16_states = store_.state_dtype() == DSRT_BF16;
   auto slice_of = [&](const OwnedSegment &seg) {
     OptimizerSlice s;
@@ -298,8 +298,8 @@ Status Engine::agreed_grad_norm(double unscale, double *norm) {
   bool nonfinite = false;
   {
     ScopedPhase phase(timers_, StepPhase::Norm);
-    OptimizerBackend &backend = host_optimizer() || nvme_ ? *host_backend_ : *backend_;
-    DSRT_RETURN_IF_ERROR((grad_swap_ ? nvme_grad_sum_squares(static_cast<float>(unscale), &norm_sq, &nonfinite)
+    OptimizerBackend &backend = host_optimizer() || store_.nvme() ? *host_backend_ : *backend_;
+    DSRT_RETURN_IF_ERROR((nvme_grad_swap() ? nvme_grad_sum_squares(static_cast<float>(unscale), &norm_sq, &nonfinite)
                                      : backend.sum_squares(step_grads(), DSRT_F32, static_cast<size_t>(part_.partition_elems()),
                                                            static_cast<float>(unscale), &norm_sq, &nonfinite))
                              .with_context("step: the gradient norm"));
@@ -331,7 +331,7 @@ Status Engine::apply_step(double unscale, const dsrt_step_result &result, double
     const double coefficient = config_.gradient_clipping / (norm + 1e-6);
     if (coefficient < 1.0) grad_scale *= coefficient;
   }
-  if (nvme_) {
+  if (store_.nvme()) {
     // Kept until the NVMe pass commits: a failed pass is resumed by the next step() call.
     pending_ = std::make_unique<PendingStep>();
     pending_->lrs = step_lrs_;
@@ -392,20 +392,20 @@ void Engine::report_progress(const dsrt_step_result &result) {
                           static_cast<long long>(result.global_step), timers_.summary(steps).c_str(),
                           steps > 0 ? 1e3 * reducer_.reduce_seconds() / static_cast<double>(steps) : 0.0,
                           host_times_text(steps).c_str()));
-    if (config_.wall_clock_breakdown && nvme_)
+    if (config_.wall_clock_breakdown && store_.nvme())
       log_progress(Format("step %lld NVMe optimizer pass: %zu sub-groups, read wait %.3f ms, write wait %.3f ms, "
                           "kernels %.3f ms, total %.3f ms, %zu of %zu swap buffers in use at peak; "
                           "swapped %.2f MB in + %.2f MB out = %.2f GB/s",
                           static_cast<long long>(result.global_step), nvme_stats_.sub_groups,
                           1e3 * nvme_stats_.read_wait_seconds, 1e3 * nvme_stats_.write_wait_seconds,
                           1e3 * nvme_stats_.step_seconds, 1e3 * nvme_stats_.total_seconds, nvme_stats_.peak_buffers,
-                          nvme_->pool().buffer_count(), 1e-6 * static_cast<double>(nvme_stats_.bytes_read),
+                          store_.nvme()->swapper().pool().buffer_count(), 1e-6 * static_cast<double>(nvme_stats_.bytes_read),
                           1e-6 * static_cast<double>(nvme_stats_.bytes_written),
                           nvme_stats_.total_seconds > 0
                               ? 1e-9 * static_cast<double>(nvme_stats_.bytes_read + nvme_stats_.bytes_written) /
                                     nvme_stats_.total_seconds
                               : 0.0));
-    if (config_.wall_clock_breakdown && param_nvme_ && coordinator_) {
+    if (config_.wall_clock_breakdown && param_nvme_offload() && coordinator_) {
       // The coordinator's totals since the last line; the rate is over the steps' wall time,
       // since reads ahead overlap the host's work and their wait alone would overstate it.
       const SwapInStats &total = coordinator_->swap_in_stats();

@@ -151,7 +151,7 @@ Status Engine::refresh_working_copies_impl() {
       // Host masters: convert into the host staging and copy it up, as the step does.
       for (const OwnedSegment &seg : part_.owned_segments(part_rank()))
         DSRT_RETURN_IF_ERROR(host_backend_->convert(store_.buffer(-1).as<char>() + seg.part_offset * master_elem, store_.master_dtype(),
-                                                    host_working_.as<char>() + seg.part_offset * static_cast<int64_t>(wsize),
+                                                    store_.host_working().as<char>() + seg.part_offset * static_cast<int64_t>(wsize),
                                                     working_dtype(), static_cast<size_t>(seg.count)));
     } else {
       // The device part of a split (offload_optimizer.ratio, fp32 masters) converts on the device
@@ -166,7 +166,7 @@ Status Engine::refresh_working_copies_impl() {
                                                    static_cast<size_t>(hi - lo)));
           } else {
             DSRT_RETURN_IF_ERROR(host_backend_->convert(store_.at(-1, lo), DSRT_F32,
-                                                        host_working_.as<char>() + lo * static_cast<int64_t>(wsize),
+                                                        store_.host_working().as<char>() + lo * static_cast<int64_t>(wsize),
                                                         working_dtype(), static_cast<size_t>(hi - lo)));
           }
           lo = hi;
@@ -180,7 +180,7 @@ Status Engine::refresh_working_copies_impl() {
   for (const OwnedSegment &seg : part_.owned_segments(part_rank())) {
     if (stages_through_host()) break;
     const int64_t at = base + seg.part_offset;
-    if (nvme_) {
+    if (store_.nvme()) {
       staged.resize(static_cast<size_t>(seg.count));
       DSRT_RETURN_IF_ERROR(read_partition_state(-1, static_cast<size_t>(seg.part_offset), staged.size(), staged.data()));
       DSRT_RETURN_IF_ERROR(write_working_from_host(staged.data(), staged.size(), at));

@@ -32,20 +32,14 @@
 #include "comm/comm.h"
 #include "device/device.h"
 #include "dsrt.h"
+#include "offload/shard_source.h"
 #include "util/status.h"
 #include "zero/param_coordinator.h"
 #include "zero/partition.h"
 
 namespace dsrt {
 
-// Where offloaded frozen shards live (the engine's parameter offload). i is the frozen index; host
-// buffers hold the shard's bytes (shard_elems * working dtype size). Host thread only.
-class FrozenShardStore {
- public:
-  virtual ~FrozenShardStore() = default;
-  virtual Status read_frozen_shard(size_t i, void *host_dst) = 0;
-  virtual Status write_frozen_shard(size_t i, const void *host_src) = 0;
-};
+// FrozenShardStore (where offloaded frozen shards live): offload/shard_source.h.
 
 class FrozenParams {
  public:

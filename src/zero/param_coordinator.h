@@ -59,7 +59,7 @@
 #include "device/device.h"
 #include "zero/partition.h"
 #include "zero/quantized_gather.h"
-#include "zero/shard_source.h"
+#include "offload/shard_source.h"
 
 namespace dsrt {
 

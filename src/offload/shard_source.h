@@ -9,6 +9,9 @@
 // Host shards are handed over as host pointers (resident()); the coordinator decides by its
 // device whether a gather can send one as it is (the CPU device) or copies it into device
 // staging first (a GPU, whose collectives take device pointers).
+//
+// FrozenShardStore: where the offloaded shards of frozen tensors live (engine/frozen_params.h).
+// The parameter offload's ParamShards (param_shards.h) is both.
 #pragma once
 
 #include <cstddef>
@@ -33,6 +36,15 @@ class ShardSource {
   virtual Status finish_read(size_t t, void *dst) = 0;
   // Waits for t's started read and forgets it (the shard is about to change, or nobody needs it).
   virtual void cancel_read(size_t t) = 0;
+};
+
+// Where offloaded frozen shards live (the engine's parameter offload). i is the frozen index; host
+// buffers hold the shard's bytes (shard_elems * working dtype size). Host thread only.
+class FrozenShardStore {
+ public:
+  virtual ~FrozenShardStore() = default;
+  virtual Status read_frozen_shard(size_t i, void *host_dst) = 0;
+  virtual Status write_frozen_shard(size_t i, const void *host_src) = 0;
 };
 
 }  // namespace dsrt
