@@ -57,9 +57,9 @@
 
 #include "comm/comm.h"
 #include "device/device.h"
+#include "offload/shard_source.h"
 #include "zero/partition.h"
 #include "zero/quantized_gather.h"
-#include "offload/shard_source.h"
 
 namespace dsrt {
 
