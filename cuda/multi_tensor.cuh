@@ -83,11 +83,12 @@ Status for_each_chunk_list(const TensorEntry *entries, size_t count, Launch &&la
   return Status::Ok();
 }
 
-// Reduction of per-chunk fp32 partial sums into per-tensor doubles in a fixed order (one block per
-// tensor, a fixed tree): out_a[i] (and out_b[i] when partials_b is given) receive tensor i's sum,
-// added to what is there when accumulate is true. Defined in norms.cu.
-Status reduce_partials(const float *partials_a, const float *partials_b, const TensorEntry *entries, size_t count,
-                       double *out_a, double *out_b, bool accumulate, cudaStream_t stream);
+// Reduction of per-chunk double partial sums into per-tensor doubles in a fixed order (one block
+// per tensor, a fixed tree): out_a[i] (and out_b[i] when partials_b is given) receive tensor i's
+// sum (out_a's times scale_a squared), added to what is there when accumulate is true. Defined in
+// norms.cu.
+Status reduce_partials(const double *partials_a, const double *partials_b, const TensorEntry *entries, size_t count,
+                       double *out_a, double *out_b, bool accumulate, cudaStream_t stream, double scale_a = 1.0);
 
 // Fills partial_base of every entry (consecutive chunk slots) and returns the slots needed.
 inline size_t assign_partials(TensorEntry *entries, size_t count) {
