@@ -190,7 +190,7 @@ run() {
   local budget=${DSRT_GPU_CHECK_BUDGET_S:-450}
   local start=$SECONDS
   local work
-  work=$(mktemp -d "${TMPDIR:-/tmp}/dsrt-gpu-check.XXXXXX") || exit 1
+  work=$(mktemp -d -t dsrt-gpu-check.XXXXXX) || exit 1
   tar -C "$work" -xJf "$pack_dir/payload.tar.xz" || { echo "cannot unpack payload.tar.xz"; exit 1; }
   tar -C "$work" -xJf "$pack_dir/ompi.tar.xz" || { echo "cannot unpack ompi.tar.xz"; exit 1; }
 
