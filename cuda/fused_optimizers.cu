@@ -114,8 +114,8 @@ __device__ inline void process(const TensorEntry &e, const StepConsts &c, size_t
 
 template <int OP>
 __global__ void __launch_bounds__(kThreads) step_kernel(const ChunkList list, const StepConsts c) {
-  const TensorEntry &e = list.tensors[list.block_tensor[blockIdx.x]];
-  const size_t chunk = static_cast<size_t>(list.block_chunk[blockIdx.x]);
+  size_t chunk = 0;
+  const TensorEntry &e = block_entry(list, &chunk);
   const size_t begin = chunk * kChunk;
   const size_t end = begin + kChunk < e.n ? begin + kChunk : e.n;
   float lamb_step = 0.0f;

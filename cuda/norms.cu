@@ -24,8 +24,8 @@ struct NormConsts {
 };
 
 __global__ void __launch_bounds__(kThreads) sum_squares_kernel(const ChunkList list, const NormConsts c) {
-  const TensorEntry &e = list.tensors[list.block_tensor[blockIdx.x]];
-  const size_t chunk = static_cast<size_t>(list.block_chunk[blockIdx.x]);
+  size_t chunk = 0;
+  const TensorEntry &e = block_entry(list, &chunk);
   const size_t begin = chunk * kChunk;
   const size_t end = begin + kChunk < e.n ? begin + kChunk : e.n;
   double acc = 0.0;  // the squares of x, unscaled: the scale is applied to the total, as on the CPU

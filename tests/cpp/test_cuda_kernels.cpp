@@ -24,6 +24,7 @@
 #include "optim/step_constants.h"
 #include "util/half.h"
 #ifdef DSRT_HAVE_CUDA
+#include "cuda/chunk_list.h"
 #include "cuda/fused_optimizers.h"
 #include "device/cuda_device.h"
 #endif
@@ -354,7 +355,7 @@ TEST(CudaKernels, ChunkListsSplitAcrossLaunches) {
   // 30 chunks split over many launches, and a tensor continues from one launch into the next.
   check(cuda_set_launch_limits(5, 7));
   struct Restore {
-    ~Restore() { (void)cuda_set_launch_limits(110, 2048); }
+    ~Restore() { (void)cuda_set_launch_limits(cuda_kernels::kMaxTensors, cuda_kernels::kMaxBlocks); }
   } restore;
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -746,7 +747,8 @@ TEST(CudaKernels, LaunchersRejectBadArguments) {
   const size_t sizes[] = {1, 65536, 65537};
   EXPECT_EQ(cuda_reduction_workspace_bytes(sizes, 3), (1 + 1 + 2) * 2 * sizeof(double));
   EXPECT_EQ(cuda_set_launch_limits(0, 10).code(), DSRT_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(cuda_set_launch_limits(5, 4096).code(), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(cuda_set_launch_limits(5, cuda_kernels::kMaxBlocks + 1).code(), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(cuda_set_launch_limits(cuda_kernels::kMaxTensors + 1, 5).code(), DSRT_ERR_INVALID_ARGUMENT);
 #endif
 }
 
