@@ -156,7 +156,7 @@ pack() {
 
 # The single-process programs that run on "the current device" or need a GPU, in order of
 # importance; then the multi-rank programs (2 and 4 ranks).
-GPU_TESTS="test_cuda_kernels test_cuda_norm_order test_cuda_onebit test_cuda_pool test_cuda_quantize test_engine_device
+GPU_TESTS="test_cuda_kernels test_cuda_norm_order test_cuda_chunk_list test_cuda_onebit test_cuda_pool test_cuda_quantize test_engine_device
 test_engine_device_backend test_engine_device_offload test_offload_param_device test_ckpt_device_states test_nccl_comm
 test_ckpt_nvme"
 # The ones that failed on the 2026-11-25 H200 run first.
