@@ -140,17 +140,16 @@ TEST(MpiNvmeGrads, FailedWriteOnOneRankFailsTheStepOnEveryRank) {
     TempFolder swap_failing, swap_clean, swap_loaded;
     TrainConfig config = base_config(3);
     config.gradient_accumulation_steps = 2;
-    auto make = [&config](const std::string &swap, std::unique_ptr<Engine> *out, bool init, bool staged_route) {
+    auto make = [&config, staged](const std::string &swap, std::unique_ptr<Engine> *out, bool init) {
       TrainConfig c = config;
       set_nvme(&c, swap, 700, 2, true);
-      return make_engine(c, g_world, kShapes, out, init,
-                         [staged_route](Engine &e) { return e.set_host_staging_on_cpu(staged_route); });
+      return make_engine(c, g_world, kShapes, out, init, [staged](Engine &e) { return e.set_host_staging_on_cpu(staged); });
     };
     std::unique_ptr<Engine> failed, clean, loaded;
-    Status s = make(swap_failing.path, &failed, true, staged);
+    Status s = make(swap_failing.path, &failed, true);
     ASSERT_TRUE(s.ok()) << s.message();
     if (failed->device().type() != DSRT_DEVICE_CPU && !staged) continue;  // a GPU engine always stages
-    ASSERT_TRUE(make(swap_clean.path, &clean, true, staged).ok());
+    ASSERT_TRUE(make(swap_clean.path, &clean, true).ok());
     std::vector<dsrt_step_result> before;
     run(*failed, 1, 2, false, &before);
     run(*clean, 1, 2, false, &before);
@@ -179,9 +178,7 @@ TEST(MpiNvmeGrads, FailedWriteOnOneRankFailsTheStepOnEveryRank) {
     const std::string dir = mpi_test::shared_dir(*g_world, "nvme_grads_failure");
     s = save_checkpoint(*failed, dir, "");
     ASSERT_TRUE(s.ok()) << s.message();
-    // Loaded on the CPU route (bitwise the staged one on the CPU device): a staged engine cannot
-    // restore NVMe-offloaded masters yet (refresh_working_copies converts from host masters).
-    ASSERT_TRUE(make(swap_loaded.path, &loaded, false, false).ok());
+    ASSERT_TRUE(make(swap_loaded.path, &loaded, false).ok());
     s = load_checkpoint(*loaded, dir, "");
     ASSERT_TRUE(s.ok()) << s.message();
     std::vector<dsrt_step_result> want, got, got_loaded;
