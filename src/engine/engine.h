@@ -370,7 +370,9 @@ class Engine final : public PartitionedState {
   // "g<g>.grad", read by the optimizer pass beside its master and states (never written back by it).
   bool nvme_swaps_gradients() const;
   void nvme_grad_reducer_options(ReducerOptions *options);
-  Status nvme_grad_sum_squares(float scale, double *sum, bool *nonfinite);
+  Status nvme_grad_sum_squares(float scale, double *sum, bool *nonfinite);  // agreed by the ranks
+  Status nvme_grad_norm_pass(float scale, double *sum, bool *nonfinite);    // this rank's files
+  Status nvme_grads_agree();
   Status nvme_grads_from_device();  // staged route: device accumulator -> swap files at the boundary
   bool nvme_gradient_swap_ = true;
   SubGroupPipelineStats nvme_norm_stats_;

@@ -7,7 +7,15 @@
 // sub-group's gradient with its master and states (engine_nvme.cpp). On a GPU (the staged route)
 // the reducer sums the window on the device and nvme_grads_from_device moves it sub-group by
 // sub-group into the swap files at the boundary.
+//
+// A failed gradient write or read (full disk, EIO) fails the whole window on every rank, agreed at
+// the boundary: the rank it happens on records it and runs on (its collectives with the other
+// ranks go on; the window's remaining ranges are dropped), and the norm pass makes it known to every
+// rank (nvme_grads_agree), so that every rank returns DSRT_ERR_IO for the boundary step, none
+// applies it, and every rank drops the window. The engine stays usable (docs/offload.md).
 #include "engine/engine.h"
+#include "util/log.h"
+#include "zero/boundary_agreement.h"
 
 namespace dsrt {
 
@@ -23,11 +31,15 @@ Status Engine::set_nvme_gradient_swap(bool on) {
 
 void Engine::nvme_grad_reducer_options(ReducerOptions *options) {
   GradSwap *swap = store_.nvme()->grad_swap();
+  // A failure is kept for the boundary (nvme_grads_agree), not returned here: a rank whose
+  // grad_ready or step failed mid-window would leave the others waiting in its collectives.
   options->map_range = [swap](int64_t offset, int64_t count, float **dst, int64_t *mapped) {
-    return swap->map(offset, count, dst, mapped);
+    swap->map_or_discard(offset, count, dst, mapped);
+    return Status::Ok();
   };
   options->flush_ranges = [swap]() {
-    return swap->flush().with_context("writing this micro-step's gradients to the swap files (offload_optimizer nvme)");
+    swap->flush_or_defer();
+    return Status::Ok();
   };
   options->on_window_start = [swap]() { swap->begin_window(); };
 }
@@ -39,6 +51,35 @@ Status Engine::nvme_grads_from_device() {
 }
 
 Status Engine::nvme_grad_sum_squares(float scale, double *sum, bool *nonfinite) {
+  GradSwap *grad_swap = store_.nvme()->grad_swap();
+  if (grad_swap->window_failure().ok()) grad_swap->defer(nvme_grad_norm_pass(scale, sum, nonfinite));
+  return nvme_grads_agree();
+}
+
+// Every rank learns whether the window failed on any rank. If it did, every rank drops the window
+// (the next micro-step starts a new one; nothing was applied, the counters stay) and returns the
+// failure: its own, naming its swap file, or the failing rank's.
+Status Engine::nvme_grads_agree() {
+  GradSwap *grad_swap = store_.nvme()->grad_swap();
+  const Status local = grad_swap->window_failure();
+  const Status agreed = agree_local_failure(*comm_, local);
+  // A failed agreement collective (DSRT_ERR_COMM; a swap failure never has that code) makes the
+  // engine unusable anyway (Engine::track).
+  if (agreed.ok() || agreed.code() == DSRT_ERR_COMM) return agreed;
+  stage_->next_window();
+  grad_swap->begin_window();  // the staged route's reducer does not call it
+  const std::string what =
+      local.ok() ? Format("another rank's gradient swap files failed in this accumulation window (rank %d's are "
+                          "complete)", rank())
+                 : Format("rank %d's gradient swap files failed in this accumulation window", rank());
+  return Error(agreed.code(),
+               "%s: %s; no rank applied the step and every rank dropped the window (weights, optimizer states, "
+               "loss scale and step count are unchanged, checkpoints can be saved): run the window's micro-steps "
+               "again on every rank (free space on the nvme_path drive first), or destroy the engine",
+               what.c_str(), agreed.message().c_str());
+}
+
+Status Engine::nvme_grad_norm_pass(float scale, double *sum, bool *nonfinite) {
   return store_.nvme()->grad_sum_squares(scale, sum, nonfinite, &nvme_norm_stats_);
 }
 
