@@ -361,10 +361,17 @@ TEST(MpiComm, WaitForLatePeerSleeps) {
   for (Policy policy : {Policy{nullptr, nullptr, true}, Policy{"500", "0", false}, Policy{"-3", "abc", true}}) {
     if (policy.spin) setenv("DSRT_COMM_SPIN_US", policy.spin, 1);
     if (policy.nap) setenv("DSRT_COMM_NAP_US", policy.nap, 1);
+    // The MPI communicator itself (a GPU machine's automatic choice is the host-staged one).
+    const char *chosen = std::getenv("DSRT_COMM");
+    const std::string saved = chosen ? chosen : "";
+    setenv("DSRT_COMM", "mpi", 1);
     auto comm = create_comm();
+    if (chosen) setenv("DSRT_COMM", saved.c_str(), 1);
+    else unsetenv("DSRT_COMM");
     unsetenv("DSRT_COMM_SPIN_US");
     unsetenv("DSRT_COMM_NAP_US");
     ASSERT_TRUE(comm);
+    ASSERT_STREQ(comm->backend(), "mpi");
     const int n = comm->size(), me = comm->rank();
     const size_t count = 20011;
     auto send = rank_data(me, count * n, DSRT_F32, 700);
