@@ -2,13 +2,14 @@
 // Every collective of the MPI communicator, for each dtype and op on odd sizes, against a float64
 // reduction of every rank's data (each rank regenerates the others' data from their seeds);
 // uneven and in-place forms; several communicators at once; and the timeout of a collective that
-// one rank skips.
+// one rank skips; a wait for a late peer sleeps rather than spins.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <string>
 #include <thread>
@@ -346,6 +347,76 @@ TEST(MpiComm, SeveralCommunicators) {
     b.reset();  // destroy order does not matter
     c.reset();
     a.reset();
+  }
+}
+
+// This thread's CPU time in seconds.
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Rank 0 enters collectives 300 ms before its peers: under the default wait policy
+// (DSRT_COMM_SPIN_US, DSRT_COMM_NAP_US) it sleeps between polls, so the wait costs it a small
+// part of that time in CPU (spinning costs all of it on an idle machine). The blocking forms run
+// on the calling thread when the queue is idle, so this thread's CPU time is the poller's. With
+// DSRT_COMM_NAP_US=0 (yield, never sleep) and with values out of range (the defaults, with a
+// warning) the collectives give the same results.
+TEST(MpiComm, WaitForLatePeerSleeps) {
+  if (g_world->size() < 2) GTEST_SKIP() << "needs two ranks";
+  struct Policy {
+    const char *spin, *nap;
+    bool sleeps;
+  };
+  for (Policy policy : {Policy{nullptr, nullptr, true}, Policy{"500", "0", false}, Policy{"-3", "abc", true}}) {
+    if (policy.spin) setenv("DSRT_COMM_SPIN_US", policy.spin, 1);
+    if (policy.nap) setenv("DSRT_COMM_NAP_US", policy.nap, 1);
+    // The MPI communicator itself (a GPU machine's automatic choice is the host-staged one).
+    const char *chosen = std::getenv("DSRT_COMM");
+    const std::string saved = chosen ? chosen : "";
+    setenv("DSRT_COMM", "mpi", 1);
+    auto comm = create_comm();
+    if (chosen) setenv("DSRT_COMM", saved.c_str(), 1);
+    else unsetenv("DSRT_COMM");
+    unsetenv("DSRT_COMM_SPIN_US");
+    unsetenv("DSRT_COMM_NAP_US");
+    ASSERT_TRUE(comm);
+    ASSERT_STREQ(comm->backend(), "mpi");
+    const int n = comm->size(), me = comm->rank();
+    const size_t count = 20011;
+    auto send = rank_data(me, count * n, DSRT_F32, 700);
+    std::vector<uint8_t> recv(count * sizeof(float));
+    double value = me + 1.0;
+    ASSERT_TRUE(g_world->barrier().ok());
+    if (me != 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto start = std::chrono::steady_clock::now();
+    const double cpu_start = thread_cpu_seconds();
+    // An exchange of dsrt's own (point-to-point messages), then a non-blocking MPI collective.
+    ASSERT_TRUE(comm->reduce_scatter_sync(send.data(), recv.data(), count, DSRT_F32, ReduceOp::Sum).ok());
+    const double exchange_cpu = thread_cpu_seconds() - cpu_start;
+    const double exchange_wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ASSERT_TRUE(comm->barrier().ok());
+    if (me != 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto control_start = std::chrono::steady_clock::now();
+    const double control_cpu_start = thread_cpu_seconds();
+    ASSERT_TRUE(comm->all_reduce_f64(&value, 1, ReduceOp::Sum).ok());
+    const double control_cpu = thread_cpu_seconds() - control_cpu_start;
+    const double control_wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - control_start).count();
+
+    Reference ref = reduce_reference(n, count * n, DSRT_F32, ReduceOp::Sum, 700);
+    expect_reduced(recv.data(), ref, me * count, count, DSRT_F32, ReduceOp::Sum, n, "late-peer reduce_scatter");
+    EXPECT_EQ(value, n * (n + 1) / 2.0);
+    if (me == 0 && policy.sleeps) {
+      EXPECT_GE(exchange_wall, 0.2);
+      EXPECT_GE(control_wall, 0.2);
+      EXPECT_LT(exchange_cpu, 0.1 * exchange_wall) << "the exchange's wait spun: " << exchange_cpu << " s of CPU in "
+                                                   << exchange_wall << " s";
+      EXPECT_LT(control_cpu, 0.1 * control_wall) << "the MPI collective's wait spun: " << control_cpu << " s of CPU in "
+                                                 << control_wall << " s";
+    }
+    ASSERT_TRUE(g_world->barrier().ok());
   }
 }
 

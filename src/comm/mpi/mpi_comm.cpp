@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -28,6 +29,20 @@ namespace {
 constexpr size_t kSmallAllReduceBytes = 64 << 10;
 constexpr size_t kBroadcastPieceBytes = size_t{1} << 30;
 
+// A wait-policy duration from the environment (mpi_exchange.h), 0..1 s; else the default.
+std::chrono::microseconds env_microseconds(const char *name, std::chrono::microseconds fallback) {
+  const char *text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char *end = nullptr;
+  long long value = std::strtoll(text, &end, 10);
+  if (*end != '\0' || value < 0 || value > 1000000) {
+    log_warn_once(name, Format("%s='%s' is not a whole number of microseconds in 0..1000000; using %lld", name, text,
+                               static_cast<long long>(fallback.count())));
+    return fallback;
+  }
+  return std::chrono::microseconds{value};
+}
+
 class MpiComm final : public QueuedComm {
  public:
   MpiComm(const MpiRuntime *runtime, MPI_Comm comm, int rank, int size)
@@ -44,6 +59,8 @@ class MpiComm final : public QueuedComm {
                                                       "%zu", chunk, ctx_.chunk_bytes));
       }
     }
+    ctx_.spin = env_microseconds("DSRT_COMM_SPIN_US", ctx_.spin);
+    ctx_.nap = env_microseconds("DSRT_COMM_NAP_US", ctx_.nap);
     if (runtime_->worker_threads) start_worker();  // else ops run on the caller
   }
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <thread>
 
 #include "comm/mpi/mpi_runtime.h"
 #include "comm/reduce_kernels.h"
@@ -33,28 +34,46 @@ struct Piece {
 
 int chunk_tag(size_t chunk) { return static_cast<int>(chunk & 0x7fff); }
 
-// Polls between MPI tests. MPI only advances inside these tests, so the poller spins for a while
-// after the last progress (as MPI's own blocking calls do when the node is not oversubscribed)
-// and only then yields the core now and then, so oversubscribed ranks still let their peers run.
+// Polls between MPI tests. MPI only advances inside these tests, so the poller first spins for
+// ctx.spin after the last progress (a peer that is running answers within microseconds), then
+// sleeps between tests, from kFirstNap doubling up to ctx.nap: a rank that waits for a peer which
+// is still computing (or waiting for a core, on a machine with more runnable threads than cores)
+// then costs no CPU time and leaves the core to that peer. A sleep delays noticing the peer by at
+// most ctx.nap. With ctx.nap zero it yields the core every few tests instead and never sleeps.
 // The deadline is checked without reading the clock on every poll.
 class IdlePoller {
  public:
   explicit IdlePoller(ExchangeContext &ctx) : ctx_(ctx) {}
   // False when the deadline has passed.
   bool idle() {
+    if (nap_.count() > 0) {  // sleeping between tests: each one is worth a clock read
+      std::this_thread::sleep_for(nap_);
+      nap_ = std::min(2 * nap_, ctx_.nap);
+      return Clock::now() <= ctx_.deadline;
+    }
     if ((++idle_ & 15) != 0) return true;
     auto now = Clock::now();
     if (idle_ == 16) idle_since_ = now;
-    if (now - idle_since_ > kSpinBeforeYield) sched_yield();
+    if (now - idle_since_ > ctx_.spin) {
+      if (ctx_.nap.count() > 0) {
+        nap_ = std::min(kFirstNap, ctx_.nap);
+      } else {
+        sched_yield();
+      }
+    }
     return now <= ctx_.deadline;
   }
-  void progressed() { idle_ = 0; }
+  void progressed() {
+    idle_ = 0;
+    nap_ = std::chrono::microseconds{0};
+  }
 
  private:
-  static constexpr std::chrono::microseconds kSpinBeforeYield{500};
+  static constexpr std::chrono::microseconds kFirstNap{5};
   ExchangeContext &ctx_;
   unsigned idle_ = 0;
   Clock::time_point idle_since_;
+  std::chrono::microseconds nap_{0};  // the next sleep; zero while spinning
 };
 
 // Leaves outstanding requests in a state MPI can finish without us: unmatched receives are

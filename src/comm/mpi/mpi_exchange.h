@@ -29,6 +29,11 @@ struct ExchangeContext {
   bool timed_out = false;   // set when the deadline passed (the caller reports which operation)
   size_t chunk_bytes = 1 << 20;
   int window = 8;           // chunks in flight per direction
+  // How a rank waits for its peers (DSRT_COMM_SPIN_US, DSRT_COMM_NAP_US): it polls MPI without a
+  // pause for spin after the last progress, then sleeps between polls, from a few microseconds
+  // up to nap, doubling (nap 0: it yields the core between polls instead and never sleeps).
+  std::chrono::microseconds spin{50};
+  std::chrono::microseconds nap{200};
   AlignedBuffer slots;      // window receive slots of chunk_bytes
   AlignedBuffer accumulator;  // one chunk in fp32
 };
