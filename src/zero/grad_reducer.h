@@ -159,6 +159,7 @@ class GradReducer {
     DeviceBuffer send;   // staged or rearranged copy (may be empty: the bucket buffer is sent)
     DeviceBuffer recv;   // this rank's reduced block (empty for all-reduce)
     bool quantized = false;  // qgZ: recv holds the reduced block in fp32
+    bool in_place = false;   // stage 3 on one rank: no collective, the bucket buffer is read in place
   };
 
   Status take_buffer(size_t bytes, DeviceBuffer *out);
