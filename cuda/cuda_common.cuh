@@ -141,6 +141,24 @@ __device__ inline float block_sum(float x) {
   return x;
 }
 
+// block_sum in double, the same fixed tree (the reductions' partial sums: squares of floats are
+// exact in double, so a chunk's sum carries double rounding only, as the CPU's per-chunk sums do).
+// Every thread of the block must call it; thread 0 gets the result.
+__device__ inline double block_sum_f64(double x) {
+  __shared__ double warp_sums[32];
+  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();  // warp_sums may still be read by a previous call
+  if (lane == 0) warp_sums[warp] = x;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) >> 5;
+  x = lane < warps ? warp_sums[lane] : 0.0;
+  if (warp == 0) {
+    for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  }
+  return x;
+}
+
 // Blocks for a grid-stride loop over n elements: enough to fill the GPU, capped so that tiny
 // launches do not start idle blocks.
 inline unsigned grid_for(size_t n, unsigned max_blocks = 132 * 8) {

@@ -23,7 +23,7 @@ struct StepConsts {
   int nesterov, first_step;
   double lamb_step_size, max_coeff, min_coeff;  // phase 2: step size before the trust ratio
   const double *param_norms, *update_norms;     // phase 2, per global tensor index
-  float *partials_p, *partials_u;               // phase 1, per chunk
+  double *partials_p, *partials_u;              // phase 1, per chunk
 };
 
 template <int OP>
@@ -35,7 +35,7 @@ __device__ inline bool uses_state0(const StepConsts &c) {
 // One element: returns the new master; s0, s1 and u are read and written as the op needs.
 template <int OP>
 __device__ inline float update_one(const StepConsts &c, float lamb_step, float g, float p, float &s0, float &s1,
-                                   float &u, float &p_sq, float &u_sq) {
+                                   float &u, double &p_sq, double &u_sq) {
   if (OP == kAdam) {
     g = g * c.grad_scale;
     g = fmaf(p, c.l2_decay, g);
@@ -69,8 +69,8 @@ __device__ inline float update_one(const StepConsts &c, float lamb_step, float g
     s0 = fmaf(s0, c.beta1, g * c.one_minus_beta1);
     s1 = fmaf(s1, c.beta2, (g * g) * c.one_minus_beta2);
     u = fmaf(p, c.decoupled_decay, s0 / (sqrtf(s1) + c.eps));
-    p_sq = fmaf(p, p, p_sq);
-    u_sq = fmaf(u, u, u_sq);
+    p_sq = fma(static_cast<double>(p), static_cast<double>(p), p_sq);  // in double, as the CPU (norms.cu)
+    u_sq = fma(static_cast<double>(u), static_cast<double>(u), u_sq);
     return p;
   } else {
     return fmaf(u, -lamb_step, p);
@@ -79,8 +79,8 @@ __device__ inline float update_one(const StepConsts &c, float lamb_step, float g
 
 // W consecutive elements from i: W = kVec with 16-byte accesses, or W = 1.
 template <int OP, int W>
-__device__ inline void process(const TensorEntry &e, const StepConsts &c, size_t i, float lamb_step, float &p_sq,
-                               float &u_sq) {
+__device__ inline void process(const TensorEntry &e, const StepConsts &c, size_t i, float lamb_step, double &p_sq,
+                               double &u_sq) {
   float g[W], p[W], s0[W], s1[W], u[W];
   auto load = [&](const void *base, int dtype, float *out) {
     if constexpr (W == kVec) load8(base, dtype, i, out);
@@ -114,8 +114,8 @@ __device__ inline void process(const TensorEntry &e, const StepConsts &c, size_t
 
 template <int OP>
 __global__ void __launch_bounds__(kThreads) step_kernel(const ChunkList list, const StepConsts c) {
-  const TensorEntry &e = list.tensors[list.block_tensor[blockIdx.x]];
-  const size_t chunk = static_cast<size_t>(list.block_chunk[blockIdx.x]);
+  size_t chunk = 0;
+  const TensorEntry &e = block_entry(list, &chunk);
   const size_t begin = chunk * kChunk;
   const size_t end = begin + kChunk < e.n ? begin + kChunk : e.n;
   float lamb_step = 0.0f;
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(kThreads) step_kernel(const ChunkList list, co
     }
     lamb_step = static_cast<float>(c.lamb_step_size * trust);
   }
-  float p_sq = 0.0f, u_sq = 0.0f;
+  double p_sq = 0.0, u_sq = 0.0;
   size_t scalar_from = begin;
   if (e.vector_ok) {
     const size_t vec_end = begin + (end - begin) / kVec * kVec;
@@ -140,8 +140,8 @@ __global__ void __launch_bounds__(kThreads) step_kernel(const ChunkList list, co
   }
   for (size_t i = scalar_from + threadIdx.x; i < end; i += kThreads) process<OP, 1>(e, c, i, lamb_step, p_sq, u_sq);
   if (OP == kLambPhase1) {
-    const float total_p = block_sum(p_sq);
-    const float total_u = block_sum(u_sq);
+    const double total_p = block_sum_f64(p_sq);
+    const double total_u = block_sum_f64(u_sq);
     if (threadIdx.x == 0) {
       c.partials_p[e.partial_base + chunk] = total_p;
       c.partials_u[e.partial_base + chunk] = total_u;
@@ -315,7 +315,7 @@ Status cuda_optimizer_step_many(const OptimizerHyper &hyper, const OptimizerSlic
 size_t cuda_reduction_workspace_bytes(const size_t *sizes, size_t count) {
   size_t slots = 0;
   for (size_t i = 0; i < count; ++i) slots += chunks_of(sizes[i]);
-  return slots * 2 * sizeof(float);  // two sums per chunk (Lamb); the norms use the first half
+  return slots * 2 * sizeof(double);  // two sums per chunk (Lamb); the norms use the first half
 }
 
 Status cuda_lamb_phase1_many(const OptimizerHyper &hyper, const OptimizerSlice *slices, size_t count,
@@ -339,14 +339,14 @@ Status cuda_lamb_phase1_many(const OptimizerHyper &hyper, const OptimizerSlice *
   }
   std::vector<TensorEntry> entries = make_entries(slices, count, updates, false);
   const size_t slots = assign_partials(entries.data(), count);
-  if (workspace == nullptr || workspace_bytes < slots * 2 * sizeof(float)) {
+  if (workspace == nullptr || workspace_bytes < slots * 2 * sizeof(double)) {
     return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: the workspace holds %zu bytes; %zu are needed (cuda_reduction_workspace_bytes)",
-                 what, workspace ? workspace_bytes : 0, slots * 2 * sizeof(float));
+                 what, workspace ? workspace_bytes : 0, slots * 2 * sizeof(double));
   }
   StepConstants folded;
   DSRT_RETURN_IF_ERROR(fold_lamb_phase1_constants(what, hyper, grad_scale, &folded));
   StepConsts c = consts_from(folded);
-  c.partials_p = static_cast<float *>(workspace);
+  c.partials_p = static_cast<double *>(workspace);
   c.partials_u = c.partials_p + slots;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   DSRT_RETURN_IF_ERROR(launch_lists<kLambPhase1>(entries, c, s));

@@ -33,7 +33,7 @@ struct OptimizerSlice;
 Status cuda_optimizer_step_many(const OptimizerHyper &hyper, const OptimizerSlice *slices, size_t count,
                                 float grad_scale, void *stream);
 
-// Scratch that the reductions below need for count tensors of the given sizes (fp32 partial sums
+// Scratch that the reductions below need for count tensors of the given sizes (double partial sums
 // per chunk, reduced in a fixed order: results do not depend on scheduling).
 size_t cuda_reduction_workspace_bytes(const size_t *sizes, size_t count);
 
@@ -55,8 +55,9 @@ struct CudaTensorRef {
   size_t n = 0;
 };
 
-// Sum of squares of data*scale per tensor (fp32 accumulation within a chunk, double across
-// chunks) written to out[i] (device doubles), and *nonfinite (device int) set to 1 when any
+// Sum of squares of data*scale per tensor (the squares of data summed in double in a fixed order,
+// then times scale twice, as cpu_sum_squares; the order is modelled in tests/cpp/cuda_norm_order.h)
+// written to out[i] (device doubles), and *nonfinite (device int) set to 1 when any
 // element is inf or nan, else 0: the fused unscale + overflow check and the clipping norm in one
 // read of the gradients.
 Status cuda_sum_squares_many(const CudaTensorRef *tensors, size_t count, float scale, double *out, int *nonfinite,

@@ -316,7 +316,12 @@ std::string Config::build_json(bool deepspeed, std::vector<std::string> *apart) 
     }
     // DeepSpeed hands optimizer.params and scheduler.params to the constructors, which refuse
     // names they do not take: only the parameters the config gives are DeepSpeed JSON.
-    const bool params = spec.path.rfind("optimizer.params.", 0) == 0 || spec.path.rfind("scheduler.params.", 0) == 0;
+    const bool optimizer_param = spec.path.rfind("optimizer.params.", 0) == 0;
+    const bool scheduler_param = spec.path.rfind("scheduler.params.", 0) == 0;
+    // A type dsrt does not know keeps its params as given (opaque_): the schema's keys for every
+    // type (last_batch_iteration) would be written into them a second time on each read-back.
+    if ((optimizer_param && optimizer_type() < 0) || (scheduler_param && scheduler_type() < 0)) continue;
+    const bool params = optimizer_param || scheduler_param;
     if (deepspeed && params && !values_.count(spec.path) && !values_.count(spec.path + ".0")) {
       if (apart) {
         Value v = spec.type == KeyType::Pair ? Value::null() : effective(spec);

@@ -148,11 +148,25 @@ Status Engine::refresh_working_copies_impl() {
   const int64_t master_elem = static_cast<int64_t>(dtype_size(store_.master_dtype()));
   if (stages_through_host()) {
     if (store_.split() == 0) {
-      // Host masters: convert into the host staging and copy it up, as the step does.
-      for (const OwnedSegment &seg : part_.owned_segments(part_rank()))
-        DSRT_RETURN_IF_ERROR(host_backend_->convert(store_.buffer(-1).as<char>() + seg.part_offset * master_elem, store_.master_dtype(),
+      // Host masters: convert into the host staging and copy it up, as the step does. With the
+      // optimizer on NVMe there is no in-memory master: each segment is read from the swap files.
+      std::vector<float> from_nvme;
+      for (const OwnedSegment &seg : part_.owned_segments(part_rank())) {
+        const void *master = from_nvme.data();
+        dsrt_dtype master_dtype = DSRT_F32;
+        if (nvme_) {
+          from_nvme.resize(static_cast<size_t>(seg.count));
+          DSRT_RETURN_IF_ERROR(read_partition_state(-1, static_cast<size_t>(seg.part_offset), from_nvme.size(),
+                                                    from_nvme.data()));
+          master = from_nvme.data();
+        } else {
+          master = store_.buffer(-1).as<char>() + seg.part_offset * master_elem;
+          master_dtype = store_.master_dtype();
+        }
+        DSRT_RETURN_IF_ERROR(host_backend_->convert(master, master_dtype,
                                                     host_working_.as<char>() + seg.part_offset * static_cast<int64_t>(wsize),
                                                     working_dtype(), static_cast<size_t>(seg.count)));
+      }
     } else {
       // The device part of a split (offload_optimizer.ratio, fp32 masters) converts on the device
       // straight into the working shards; the host part through the host staging.

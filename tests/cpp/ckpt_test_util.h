@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -53,7 +54,8 @@ inline TrainConfig config_for(int stage, dsrt_dtype working = DSRT_BF16) {
 
 inline std::unique_ptr<Engine> make_engine(const TrainConfig &config, std::shared_ptr<Comm> comm = nullptr,
                                            const std::vector<std::vector<int64_t>> &tensor_shapes = shapes(),
-                                           uint32_t seed = 7) {
+                                           uint32_t seed = 7,
+                                           const std::function<Status(Engine &)> &before_build = nullptr) {
   if (!comm) {
     EXPECT_TRUE(comm_create_local(&comm).ok());
   }
@@ -71,6 +73,10 @@ inline std::unique_ptr<Engine> make_engine(const TrainConfig &config, std::share
     for (float &x : init) x = dist(rng);
     s = engine->add_param("layer" + std::to_string(t) + ".weight", tensor_shapes[t].data(),
                           static_cast<int>(tensor_shapes[t].size()), init.data(), nullptr);
+    EXPECT_TRUE(s.ok()) << s.message();
+  }
+  if (before_build) {
+    s = before_build(*engine);
     EXPECT_TRUE(s.ok()) << s.message();
   }
   s = engine->build();

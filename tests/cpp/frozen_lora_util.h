@@ -132,22 +132,41 @@ inline LoraEngine make_lora(const TrainConfig &config, std::shared_ptr<Comm> com
 }
 
 // The acquired working copy of t as float64 (working dtype fp32 or 16-bit), released again.
+// The acquired values, read through the engine's device (on a GPU the pointer the C API gives is
+// device memory).
 inline std::vector<double> acquired_values(dsrt_tensor *t) {
   void *data = nullptr;
   dsrt_dtype dtype = DSRT_F32;
   EXPECT_EQ(dsrt_tensor_acquire(t, &data, &dtype), DSRT_OK) << dsrt_last_error_message();
   const int64_t n = dsrt_tensor_numel(t);
+  std::vector<uint8_t> host(static_cast<size_t>(n) * dtype_size(dtype));
+  const Status copied = testing_util::copy_through_device(*t->engine, host.data(), data, host.size());
+  EXPECT_TRUE(copied.ok()) << copied.message();
   std::vector<double> out(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = to_float(data, dtype, static_cast<size_t>(i));
+  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = to_float(host.data(), dtype, static_cast<size_t>(i));
   EXPECT_EQ(dsrt_tensor_release(t), DSRT_OK) << dsrt_last_error_message();
   return out;
 }
 
+// bytes at data (an acquired or gathered copy of t's engine: device memory on a GPU), on the host.
+inline std::vector<uint8_t> device_bytes(const dsrt_tensor *t, const void *data, size_t bytes) {
+  std::vector<uint8_t> host(bytes);
+  const Status s = testing_util::copy_through_device(*t->engine, host.data(), data, bytes);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return host;
+}
+
+// Writes g into the gradient buffer through the engine's device, then marks it ready.
 inline void add_grad(dsrt_tensor *t, const std::vector<double> &g) {
   void *data = nullptr;
   dsrt_dtype dtype = DSRT_F32;
   ASSERT_EQ(dsrt_tensor_grad(t, &data, &dtype), DSRT_OK) << dsrt_last_error_message();
-  for (size_t i = 0; i < g.size(); ++i) from_float(data, dtype, i, static_cast<float>(g[i]));
+  std::vector<uint8_t> host(static_cast<size_t>(dsrt_tensor_numel(t)) * dtype_size(dtype));
+  Status s = testing_util::copy_through_device(*t->engine, host.data(), data, host.size());
+  ASSERT_TRUE(s.ok()) << s.message();
+  for (size_t i = 0; i < g.size(); ++i) from_float(host.data(), dtype, i, static_cast<float>(g[i]));
+  s = testing_util::copy_through_device(*t->engine, data, host.data(), host.size());
+  ASSERT_TRUE(s.ok()) << s.message();
   ASSERT_EQ(dsrt_tensor_grad_ready(t), DSRT_OK) << dsrt_last_error_message();
 }
 

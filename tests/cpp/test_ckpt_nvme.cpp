@@ -79,6 +79,43 @@ TEST(CheckpointNvme, ResumesBitwiseAtEveryStage) {
 }
 
 // Save from one kind of engine, load into the other: both continue like the uninterrupted run.
+// A GPU engine's route (host gradient copy and host working staging), forced on the CPU device:
+// restoring reads the masters from the swap files, not from an in-memory master buffer (which an
+// NVMe engine does not have; the 2026-11-25 H200 run failed here with "host convert: NULL src or
+// dst"). The staged engine then trains on bitwise like an uninterrupted run.
+TEST(CheckpointNvme, ResumesBitwiseOnTheStagedRoute) {
+  auto staged = [](Engine &e) { return e.set_host_staging_on_cpu(true); };
+  for (int stage : {1, 2, 3}) {
+    for (dsrt_dtype working : {DSRT_F32, DSRT_BF16}) {
+      SCOPED_TRACE("stage " + std::to_string(stage) + (working == DSRT_BF16 ? " bf16" : " fp32"));
+      const std::string dir = scratch_dir("nvme_staged");
+      TempFolder swap_a, swap_b;
+      TrainConfig c = config_for(stage, working);
+      offload_test::set_nvme(&c, swap_a.path, 700, 2, true);
+      std::unique_ptr<Engine> a = make_engine(c, nullptr, shapes(), 7, staged);
+      ASSERT_TRUE(a && a->nvme_offload());
+      train(*a, 3);
+      Status s = save_checkpoint(*a, dir, "");
+      ASSERT_TRUE(s.ok()) << s.message();
+      train(*a, 3);
+
+      offload_test::set_nvme(&c, swap_b.path, 700, 2, true);
+      std::unique_ptr<Engine> b = make_engine(c, nullptr, shapes(), 999, staged);
+      ASSERT_TRUE(b && b->nvme_offload());
+      s = load_checkpoint(*b, dir, "");
+      ASSERT_TRUE(s.ok()) << s.message();
+      // refresh_working_copies on its own reads the swap files too.
+      s = b->refresh_working_copies();
+      ASSERT_TRUE(s.ok()) << s.message();
+      train(*b, 3);
+      expect_bitwise_equal(read_all(*a), read_all(*b));
+      EXPECT_TRUE(ckpt_test::bitwise_equal(partition_bytes(*a), partition_bytes(*b)));
+      expect_same_counters(*a, *b);
+      EXPECT_TRUE(remove_tree(dir).ok());
+    }
+  }
+}
+
 TEST(CheckpointNvme, MovesBetweenNvmeAndMemory) {
   for (int stage : {1, 3}) {
     for (bool from_nvme : {true, false}) {

@@ -79,6 +79,20 @@ TEST(Config, EffectiveConfigOfEverySeedReadsBackTheSame) {
   }
 }
 
+// A torch scheduler/optimizer type dsrt does not step keeps its params exactly as given: the
+// schema's every-type keys (last_batch_iteration) are not added, so the text is stable on re-read.
+TEST(Config, UnsteppedTypeParamsReadBackUnchanged) {
+  for (const char *text : {R"({"scheduler": {"type": "ExponentialLR", "params": {"wage": 3, "eps": 10}}})",
+                           R"({"scheduler": {"type": "ExponentialLR"}})"}) {
+    auto config = parse_ok(text);
+    std::string json = config->to_json();
+    EXPECT_EQ(json.find("last_batch_iteration"), std::string::npos) << json;
+    std::unique_ptr<Config> again;
+    ASSERT_TRUE(Config::parse(json, "effective", &again).ok()) << json;
+    EXPECT_EQ(again->to_json(), json);
+  }
+}
+
 TEST(Config, CommentsAndTrailingCommasAreAccepted) {
   auto config = parse_ok(R"(
     // DeepSpeed reads configs with hjson

@@ -7,6 +7,7 @@
 // checks of the launchers run in any CUDA build.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -17,11 +18,13 @@
 #include <string>
 #include <vector>
 
+#include "cuda_norm_order.h"
 #include "dsrt.h"
 #include "optim/cpu_optimizer.h"
 #include "optim/step_constants.h"
 #include "util/half.h"
 #ifdef DSRT_HAVE_CUDA
+#include "cuda/chunk_list.h"
 #include "cuda/fused_optimizers.h"
 #include "device/cuda_device.h"
 #endif
@@ -352,7 +355,7 @@ TEST(CudaKernels, ChunkListsSplitAcrossLaunches) {
   // 30 chunks split over many launches, and a tensor continues from one launch into the next.
   check(cuda_set_launch_limits(5, 7));
   struct Restore {
-    ~Restore() { (void)cuda_set_launch_limits(110, 2048); }
+    ~Restore() { (void)cuda_set_launch_limits(cuda_kernels::kMaxTensors, cuda_kernels::kMaxBlocks); }
   } restore;
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -505,9 +508,67 @@ TEST(CudaKernels, SumOfSquaresAndOverflowMatchTheCpu) {
         const double want = cpu_sum_squares(host[k].data(), refs[k].dtype, sizes[k], scale, &nonfinite);
         double g;
         std::memcpy(&g, got.data() + k * 8, 8);
-        EXPECT_NEAR(g, want, 1e-5 * want) << "tensor " << k << " (" << dtype_name(refs[k].dtype) << ", n " << sizes[k] << ")";
+        EXPECT_NEAR(g, want, 1e-13 * want) << "tensor " << k << " (" << dtype_name(refs[k].dtype) << ", n " << sizes[k] << ")";
+        // The exact order of cuda/norms.cu, modelled on the host: the same bits.
+        const bool vector_path = k / 3 != kMisalignedSlice;
+        const double model = cuda_norm_order::sum_squares(host[k].data(), refs[k].dtype, sizes[k], scale, vector_path);
+        EXPECT_EQ(g, model) << "tensor " << k << " (" << dtype_name(refs[k].dtype) << ", n " << sizes[k] << ")";
       }
     }
+  }
+#endif
+}
+
+// The clipping norm of an array cut into partitions (each summed on the GPU, the sums added in
+// double as the ranks' all-reduce does) agrees with the whole array's to double rounding, and the
+// fp32 clip coefficient is the same bits: MiCS steps bitwise as plain ZeRO-3 on a GPU.
+TEST(CudaKernels, SumOfSquaresIsPartitionInvariant) {
+  DSRT_REQUIRE_GPU();
+#ifdef DSRT_HAVE_CUDA
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const size_t n = 5 * 65536 + 12289;
+  std::vector<unsigned char> host = random_array(rng, DSRT_F32, n, -3.0f, 3.0f);
+  const float *values = reinterpret_cast<const float *>(host.data());
+  const float unscale = 1.0f / 512.0f;
+  auto norm_of = [&](const std::vector<size_t> &cuts) {
+    double total = 0.0;
+    size_t begin = 0;
+    for (size_t k = 0; k <= cuts.size(); ++k) {
+      const size_t end = k < cuts.size() ? cuts[k] : n;
+      DevArray piece = upload(values + begin, (end - begin) * 4, 0);  // a rank's own partition
+      CudaTensorRef ref{piece.ptr(), DSRT_F32, end - begin};
+      const size_t count = end - begin;
+      const size_t ws_bytes = cuda_reduction_workspace_bytes(&count, 1);
+      DevArray ws = poisoned(ws_bytes, 0), out = poisoned(8, 0), flag = poisoned(sizeof(int), 0);
+      check(cuda_sum_squares_many(&ref, 1, unscale, static_cast<double *>(out.ptr()), static_cast<int *>(flag.ptr()),
+                                  ws.ptr(), ws_bytes, nullptr));
+      double g;
+      std::memcpy(&g, download(out.ptr(), 8).data(), 8);
+      total += g;
+      begin = end;
+    }
+    return total;
+  };
+  const double whole = norm_of({});
+  const double clip = 0.5 * std::sqrt(whole);
+  auto clip_scale = [&](double norm_sq) {
+    const double coefficient = clip / (std::sqrt(norm_sq) + 1e-6);
+    return static_cast<float>(coefficient < 1.0 ? unscale * coefficient : unscale);
+  };
+  std::uniform_int_distribution<size_t> at(1, n - 1);
+  std::vector<std::vector<size_t>> cuts = {{n / 2}, {n / 4, n / 2, 3 * n / 4}, {n / 3, 2 * n / 3}};
+  for (int r = 0; r < 4; ++r) {
+    std::vector<size_t> c = {at(rng), at(rng)};
+    std::sort(c.begin(), c.end());
+    if (c[0] == c[1]) c.pop_back();
+    cuts.push_back(c);
+  }
+  for (const std::vector<size_t> &c : cuts) {
+    const double got = norm_of(c);
+    EXPECT_NEAR(got, whole, 4e-15 * whole) << c.size() + 1 << " pieces";
+    EXPECT_EQ(clip_scale(got), clip_scale(whole)) << c.size() + 1 << " pieces";
   }
 #endif
 }
@@ -684,9 +745,10 @@ TEST(CudaKernels, LaunchersRejectBadArguments) {
   EXPECT_EQ(cuda_accumulate(nullptr, &x, DSRT_F32, 3, 1.0f, nullptr).code(), DSRT_ERR_INVALID_ARGUMENT);
   EXPECT_TRUE(cuda_optimizer_step_many(h, &s, 0, 1.0f, nullptr).ok());  // nothing to do
   const size_t sizes[] = {1, 65536, 65537};
-  EXPECT_EQ(cuda_reduction_workspace_bytes(sizes, 3), (1 + 1 + 2) * 2 * sizeof(float));
+  EXPECT_EQ(cuda_reduction_workspace_bytes(sizes, 3), (1 + 1 + 2) * 2 * sizeof(double));
   EXPECT_EQ(cuda_set_launch_limits(0, 10).code(), DSRT_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(cuda_set_launch_limits(5, 4096).code(), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(cuda_set_launch_limits(5, cuda_kernels::kMaxBlocks + 1).code(), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(cuda_set_launch_limits(cuda_kernels::kMaxTensors + 1, 5).code(), DSRT_ERR_INVALID_ARGUMENT);
 #endif
 }
 

@@ -262,9 +262,20 @@ TEST(MpiComm, ControlValuesAndNan) {
 }
 
 // The worker progresses a collective while the host thread does not call into dsrt at all: the
-// host watches the destination fill (atomic loads) before it ever waits.
+// host watches the destination fill (atomic loads) before it ever waits. On the MPI communicator
+// itself (DSRT_COMM=mpi): on a GPU machine the automatic choice is the host-staged communicator,
+// whose inner MPI collective progresses the same way but whose result reaches the destination in
+// wait(), by design (comm/staged/staged_comm.h: the copy back to the device is the waiter's).
 TEST(MpiComm, ProgressesWithoutTheHost) {
-  Comm &comm = *g_world;
+  const char *before = std::getenv("DSRT_COMM");
+  const std::string saved = before ? before : "";
+  setenv("DSRT_COMM", "mpi", 1);
+  std::shared_ptr<Comm> mpi = create_comm();
+  if (before) setenv("DSRT_COMM", saved.c_str(), 1);
+  else unsetenv("DSRT_COMM");
+  ASSERT_TRUE(mpi);
+  ASSERT_STREQ(mpi->backend(), "mpi");
+  Comm &comm = *mpi;
   const int n = comm.size(), me = comm.rank();
   const size_t count = size_t{1} << 18;
   auto word = [count](int r, size_t i) { return 0x40000000u + static_cast<uint32_t>(r * count + i); };

@@ -79,7 +79,8 @@ TEST(MpiFrozen, Stage3LoraMatchesSingleRankStage0) {
   // The gathered copy the host reads is the whole base, bitwise.
   void *data = nullptr;
   ASSERT_EQ(dsrt_tensor_acquire(le.base, &data, nullptr), DSRT_OK) << dsrt_last_error_message();
-  EXPECT_EQ(std::memcmp(data, base.data(), base.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(device_bytes(le.base, data, base.size() * sizeof(float)).data(), base.data(),
+                        base.size() * sizeof(float)), 0);
   ASSERT_EQ(dsrt_tensor_release(le.base), DSRT_OK);
 }
 
@@ -105,7 +106,8 @@ TEST(MpiFrozen, MicsShardsTheBaseOverTheShardGroup) {
   const std::vector<float> base = base_init();
   void *data = nullptr;
   ASSERT_EQ(dsrt_tensor_acquire(le.base, &data, nullptr), DSRT_OK) << dsrt_last_error_message();
-  EXPECT_EQ(std::memcmp(data, base.data(), base.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(device_bytes(le.base, data, base.size() * sizeof(float)).data(), base.data(),
+                        base.size() * sizeof(float)), 0);
   ASSERT_EQ(dsrt_tensor_release(le.base), DSRT_OK);
 }
 
@@ -236,7 +238,8 @@ TEST(MpiFrozen, SmallFrozenTensorsPersist) {
   const void *kept = pc->gathered_data(entry);
   ASSERT_NE(kept, nullptr);
   const std::vector<float> base = base_init();
-  EXPECT_EQ(std::memcmp(kept, base.data(), base.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(device_bytes(le.base, kept, base.size() * sizeof(float)).data(), base.data(),
+                        base.size() * sizeof(float)), 0);
   for (int64_t s = 0; s < 2; ++s) train_step(le, s, g_world->rank(), true);
   void *data = nullptr;
   ASSERT_EQ(dsrt_tensor_acquire(le.base, &data, nullptr), DSRT_OK);
@@ -284,7 +287,8 @@ void offload_round_trip(bool nvme, const std::string &swap, const std::string &d
   expect_bitwise(read_fp32(off.base), base, "base");
   void *data = nullptr;
   ASSERT_EQ(dsrt_tensor_acquire(off.base, &data, nullptr), DSRT_OK) << dsrt_last_error_message();
-  EXPECT_EQ(std::memcmp(data, base.data(), base.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(device_bytes(off.base, data, base.size() * sizeof(float)).data(), base.data(),
+                        base.size() * sizeof(float)), 0);
   ASSERT_EQ(dsrt_tensor_release(off.base), DSRT_OK);
 
   // Loaded into an offloaded engine whose base started elsewhere, and into an in-memory one: both

@@ -134,16 +134,24 @@ TEST(MpiOffloadParam, CpuMatchesInMemoryBitwise) {
       std::memset(&mem, 0, sizeof mem);
       mem.struct_size = sizeof mem;
       ASSERT_TRUE(offloaded->memory(&mem).ok());
-      uint64_t shard_bytes = 0;
-      for (size_t t : {size_t{1}, size_t{2}, size_t{3}, size_t{5}})
-        shard_bytes += static_cast<uint64_t>(offloaded->partitioning().shard_layout().shard_size(t)) *
-                       dtype_size(offloaded->working_dtype());
+      uint64_t shard_bytes = 0, packed_bytes = 0;
+      for (size_t t : {size_t{1}, size_t{2}, size_t{3}, size_t{5}}) {
+        const uint64_t bytes = static_cast<uint64_t>(offloaded->partitioning().shard_layout().shard_size(t)) *
+                               dtype_size(offloaded->working_dtype());
+        shard_bytes += bytes;
+        packed_bytes += (bytes + 63) / 64 * 64;
+      }
       // On the CPU device they are kept in the working layout (the step writes them in place):
       // this rank's whole working partition, persistent tensors' slots and shard padding included.
+      // On a GPU the shards are packed one after another, each on a 64-byte boundary (copied to
+      // the device's working copy before the gathers).
       const uint64_t layout_bytes = static_cast<uint64_t>(offloaded->partitioning().resident_working_elems()) *
                                     dtype_size(offloaded->working_dtype());
       EXPECT_GE(mem.working_params[DSRT_LOC_HOST], shard_bytes);
-      EXPECT_EQ(mem.working_params[DSRT_LOC_HOST], (layout_bytes + 63) / 64 * 64);
+      if (offloaded->device().type() == DSRT_DEVICE_CPU)
+        EXPECT_EQ(mem.working_params[DSRT_LOC_HOST], (layout_bytes + 63) / 64 * 64);
+      else
+        EXPECT_EQ(mem.working_params[DSRT_LOC_HOST], packed_bytes);
       EXPECT_EQ(mem.working_params[DSRT_LOC_NVME], 0u);
 
       // The 16-bit model gathered from host shards is the in-memory engine's, byte for byte.

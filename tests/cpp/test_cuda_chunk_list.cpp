@@ -1,0 +1,111 @@
+// The chunk lists the CUDA multi-tensor kernels read (cuda/chunk_list.h, plain C++): every chunk of
+// every tensor is taken by exactly one block of one launch, in order, each block finds its tensor
+// and chunk the way the kernels do (chunk_slot, chunk_of_block), and the limits hold. Runs without
+// a GPU; test_cuda_kernels runs the kernels over these plans on one.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda/chunk_list.h"
+
+namespace dsrt {
+namespace cuda_kernels {
+namespace {
+
+struct Launch {
+  std::vector<std::pair<int, size_t>> blocks;  // (global tensor index, chunk) of each block
+  int slots = 0;
+};
+
+std::vector<Launch> plan(const std::vector<size_t> &sizes, int max_tensors, int max_blocks) {
+  std::vector<TensorEntry> entries(sizes.size());
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    entries[t] = TensorEntry{};
+    entries[t].n = sizes[t];
+    entries[t].global_index = -1;
+  }
+  std::vector<Launch> launches;
+  ChunkList list;
+  const Status s = plan_chunk_lists(entries.data(), entries.size(), max_tensors, max_blocks, list,
+                                    [&](const ChunkList &l, int blocks) {
+                                      Launch launch;
+                                      launch.slots = l.count;
+                                      for (int b = 0; b < blocks; ++b) {
+                                        const int slot = chunk_slot(l, b);
+                                        launch.blocks.push_back({l.tensors[slot].global_index, chunk_of_block(l, slot, b)});
+                                      }
+                                      launches.push_back(launch);
+                                      return Status::Ok();
+                                    });
+  EXPECT_TRUE(s.ok()) << s.message();
+  return launches;
+}
+
+void expect_every_chunk_once(const std::vector<size_t> &sizes, const std::vector<Launch> &launches, int max_tensors,
+                             int max_blocks) {
+  std::vector<std::pair<int, size_t>> want, got;
+  for (size_t t = 0; t < sizes.size(); ++t)
+    for (size_t c = 0; c < chunks_of(sizes[t]); ++c) want.push_back({static_cast<int>(t), c});
+  for (const Launch &l : launches) {
+    EXPECT_GT(l.blocks.size(), 0u);
+    EXPECT_LE(static_cast<int>(l.blocks.size()), max_blocks);
+    EXPECT_GE(l.slots, 1);
+    EXPECT_LE(l.slots, max_tensors);
+    got.insert(got.end(), l.blocks.begin(), l.blocks.end());
+  }
+  EXPECT_EQ(got, want);  // each chunk once, tensors and chunks in order
+}
+
+TEST(CudaChunkList, EveryChunkOnceUnderAnyLimits) {
+  std::mt19937 rng(20261126);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<size_t> sizes(1 + rng() % 40);
+    for (size_t &n : sizes) {
+      const unsigned kind = rng() % 4;
+      n = kind == 0 ? 0 : kind == 1 ? 1 + rng() % 1000 : kind == 2 ? rng() % (5 * kChunk) : (rng() % 6) * kChunk;
+    }
+    const int max_tensors = round % 5 == 0 ? kMaxTensors : 1 + static_cast<int>(rng() % 6);
+    const int max_blocks = round % 7 == 0 ? kMaxBlocks : 1 + static_cast<int>(rng() % 9);
+    SCOPED_TRACE("round " + std::to_string(round) + " tensors " + std::to_string(max_tensors) + " blocks " +
+                 std::to_string(max_blocks));
+    expect_every_chunk_once(sizes, plan(sizes, max_tensors, max_blocks), max_tensors, max_blocks);
+  }
+}
+
+// The benchmark's many-tensor layout: 100M parameters in 512 equal tensors (3 chunks each) take two
+// launches at the default limits (the per-block map of before took five of about 330 blocks).
+TEST(CudaChunkList, ManySmallTensorsFillFewLaunches) {
+  const std::vector<size_t> sizes(512, 100000000 / 512);
+  const std::vector<Launch> launches = plan(sizes, kMaxTensors, kMaxBlocks);
+  ASSERT_EQ(launches.size(), 2u);
+  EXPECT_EQ(launches[0].slots, kMaxTensors);
+  EXPECT_EQ(launches[0].blocks.size(), static_cast<size_t>(3 * kMaxTensors));
+  EXPECT_EQ(launches[1].blocks.size(), static_cast<size_t>(3 * (512 - kMaxTensors)));
+  expect_every_chunk_once(sizes, launches, kMaxTensors, kMaxBlocks);
+  // One flat tensor: one launch.
+  const std::vector<size_t> flat = {200000000};
+  EXPECT_EQ(plan(flat, kMaxTensors, kMaxBlocks).size(), 1u);
+}
+
+TEST(CudaChunkList, ALaunchErrorStopsTheWalk) {
+  std::vector<TensorEntry> entries(3);
+  for (TensorEntry &e : entries) {
+    e = TensorEntry{};
+    e.n = 2 * kChunk;
+  }
+  ChunkList list;
+  int calls = 0;
+  const Status s = plan_chunk_lists(entries.data(), entries.size(), 1, kMaxBlocks, list, [&](const ChunkList &, int) {
+    ++calls;
+    return Error(DSRT_ERR_DEVICE, "launch failed");
+  });
+  EXPECT_EQ(s.code(), DSRT_ERR_DEVICE);
+  EXPECT_EQ(calls, 1);
+}
+
+}  // namespace
+}  // namespace cuda_kernels
+}  // namespace dsrt
