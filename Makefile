@@ -9,7 +9,7 @@ CMAKE_FLAGS ?=
 # Debian's python3 carries numpy and torch from the distribution's packages.
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all deps configure build demo test test-ctest test-asan test-python test-rust test-julia bench install clean
+.PHONY: all deps configure build demo test bench install clean
 
 all: build
 

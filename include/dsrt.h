@@ -363,9 +363,9 @@ DSRT_API dsrt_status dsrt_tensor_release(dsrt_tensor *tensor);
 ** step call); the buffer is then zeroed again. dtype may be NULL.
 ** Returns DSRT_OK; DSRT_ERR_INVALID_ARGUMENT (NULL tensor or grad); DSRT_ERR_STATE (before build, a
 ** frozen tensor, grad_ready twice in a micro-step, unusable engine); DSRT_ERR_COMM (a bucket's
-** reduction failed); DSRT_ERR_IO (stage 3 with offload_optimizer "nvme": a reduced range could not
-** be written to or read back from its gradient swap file, named in the message; the window's
-** gradients are then lost and the engine must be destroyed); DSRT_ERR_DEVICE. */
+** reduction failed); DSRT_ERR_DEVICE. (Stage 3 with offload_optimizer "nvme": a reduced range that
+** cannot be written to or read back from its gradient swap file is not reported here but by the
+** window's boundary dsrt_engine_step, on every rank.) */
 DSRT_API dsrt_status dsrt_tensor_grad(dsrt_tensor *tensor, void **grad, dsrt_dtype *dtype);
 DSRT_API dsrt_status dsrt_tensor_grad_ready(dsrt_tensor *tensor);
 
@@ -393,7 +393,9 @@ typedef struct {
 ** Returns DSRT_OK; DSRT_ERR_INVALID_ARGUMENT (NULL engine, out->struct_size < 8); DSRT_ERR_STATE
 ** (before build, unusable engine); DSRT_ERR_COMM (a rank fails or disagrees; the engine is then
 ** unusable); DSRT_ERR_IO (NVMe-offloaded states, or at stage 3 the gradient swap files; the message
-** names the file); DSRT_ERR_DEVICE. */
+** names the file, or on the other ranks the rank whose gradient swap failed: every rank returns it
+** for that boundary, none applies the step, and the window's gradients are dropped on every rank;
+** the engine stays usable); DSRT_ERR_DEVICE. */
 DSRT_API dsrt_status dsrt_engine_step(dsrt_engine *engine, dsrt_step_result *out);
 
 /* Optimizer steps so far (skipped included) and the current learning rate.

@@ -16,11 +16,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
-from deepspeed_parity import IN, OUT, base, free_port
+from deepspeed_parity import IN, OUT, base, run_ranks
 
 CPU_ADAM = {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01}}
 TORCH_ADAM = {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01, "torch_adam": True}}
@@ -59,30 +58,7 @@ def run_engine(engine, config_path, steps, world, width, threads, tmp):
         env["OMP_NUM_THREADS"] = str(threads)
     elif world > 1:
         env["OMP_NUM_THREADS"] = "1"  # the ranks share the cores
-    if world == 1:
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
-                   LOCAL_WORLD_SIZE="1")
-        procs = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
-    elif engine == "deepspeed":
-        port = str(free_port())
-        procs = [subprocess.Popen(command, env=dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(r),
-                                                    LOCAL_RANK=str(r), WORLD_SIZE=str(world),
-                                                    LOCAL_WORLD_SIZE=str(world)),
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for r in range(world)]
-    else:
-        flags = ["--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"]
-        if os.getuid() == 0:
-            flags.append("--allow-run-as-root")
-        procs = [subprocess.Popen(["mpirun"] + flags + ["-np", str(world)] +
-                                  [x for name in ("PYTHONPATH", "DSRT_BUILD_DIR", "DSRT_LOG_LEVEL", "OMP_NUM_THREADS",
-                                                  "DSRT_PARITY_BENCH_WIDTH") for x in ("-x", name)] + command,
-                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
-    failed = ""
-    for proc in procs:
-        _, err = proc.communicate(timeout=1800)
-        if proc.returncode != 0:
-            failed += err[-2000:]
+    failed = run_ranks(engine, command, world, env, 1800, 2000, forward=("DSRT_PARITY_BENCH_WIDTH",))
     if failed:
         sys.stderr.write("%s failed:\n%s\n" % (engine, failed))
         return None

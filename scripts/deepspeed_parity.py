@@ -192,6 +192,37 @@ def free_port():
         return s.getsockname()[1]
 
 
+def run_ranks(engine, command, world, env, timeout, tail, forward=()):
+    """Runs `command` (a `run` of this script) on `world` ranks and waits: one process with one rank,
+    DeepSpeed's ranks as torch.distributed processes (a free port), dsrt's through mpirun (which
+    passes on the variables the ranks need, plus `forward`). Returns "" or the last `tail`
+    characters of each failed process's stderr."""
+    if world == 1:
+        env = dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", LOCAL_RANK="0",
+                   WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
+        procs = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
+    elif engine == "deepspeed":
+        port = str(free_port())
+        procs = [subprocess.Popen(command, env=dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(r),
+                                                    LOCAL_RANK=str(r), WORLD_SIZE=str(world),
+                                                    LOCAL_WORLD_SIZE=str(world)),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for r in range(world)]
+    else:
+        flags = ["--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"]
+        if os.getuid() == 0:
+            flags.append("--allow-run-as-root")
+        names = ("PYTHONPATH", "DSRT_BUILD_DIR", "DSRT_LOG_LEVEL", "OMP_NUM_THREADS") + tuple(forward)
+        procs = [subprocess.Popen(["mpirun"] + flags + ["-np", str(world)] + [x for name in names for x in ("-x", name)] +
+                                  command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
+    failed = ""
+    for proc in procs:
+        _, err = proc.communicate(timeout=timeout)
+        if proc.returncode != 0:
+            failed += err[-tail:]
+    return failed
+
+
 def run(engine_name, config_path, steps, out_path, resume_at=0, phase=0, checkpoint=""):
     """phase 1: train resume_at steps and save a checkpoint; phase 2: load it in this fresh process
     and train on to `steps` (only these losses are recorded). phase 0: train `steps` at once."""
@@ -414,30 +445,7 @@ def table(selected, out):
                     continue
                 env = dict(os.environ, DS_ACCELERATOR="cpu", DSRT_LOG_LEVEL="error", OMP_NUM_THREADS="1")
                 env.pop("DSRT_PARITY_BENCH_WIDTH", None)  # the parity job's own model
-                if world == 1:
-                    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", LOCAL_RANK="0",
-                               WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
-                    procs = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
-                elif engine == "deepspeed":
-                    port = str(free_port())
-                    procs = [subprocess.Popen(command, env=dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(r),
-                                                                LOCAL_RANK=str(r), WORLD_SIZE=str(world),
-                                                                LOCAL_WORLD_SIZE=str(world)),
-                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                             for r in range(world)]
-                else:
-                    flags = ["--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"]
-                    if os.getuid() == 0:
-                        flags.append("--allow-run-as-root")
-                    procs = [subprocess.Popen(["mpirun"] + flags + ["-np", str(world), "-x", "PYTHONPATH", "-x",
-                                                                    "DSRT_BUILD_DIR", "-x", "DSRT_LOG_LEVEL", "-x",
-                                                                    "OMP_NUM_THREADS"] + command,
-                                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
-                failed = ""
-                for proc in procs:
-                    _, err = proc.communicate(timeout=900)
-                    if proc.returncode != 0:
-                        failed += err[-3000:]
+                failed = run_ranks(engine, command, world, env, 900, 3000)
                 if failed:
                     results[engine] = None
                     sys.stderr.write("%s / %s failed:\n%s\n" % (name, engine, failed))

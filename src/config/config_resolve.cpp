@@ -1,7 +1,11 @@
 // defines: Config::resolve -- from validated values to the TrainConfig the engine runs on.
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
+#include <string>
 #include <type_traits>
+#include <utility>
+#include <variant>
 
 #include "config/config.h"
 #include "config/config_internal.h"
@@ -50,8 +54,8 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
   // are the schema's only (schema_table.cpp); a key the schema gives no value is a bug in dsrt.
   // The *_or helpers are for keys whose DeepSpeed default is null: their second argument is what
   // null means to the engine, not a default.
-  // Each helper sets a field from its key, leaving it as it is when the key does not exist for this
-  // optimizer, scheduler or offload section (the field is then not used).
+  // set and section set a field from its key, leaving it as it is when the key does not exist for
+  // this optimizer, scheduler or offload section (the field is then not used).
   Status missing;
   auto value = [&](const std::string &path) {
     const KeySpec *spec = c.spec_for(path);
@@ -67,21 +71,26 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
     return false;
   };
   auto i64_of = [](double v) { return v >= 9.2e18 ? INT64_MAX : static_cast<int64_t>(v); };
-  auto num = [&](double &field, const std::string &path) {
+  // The field's type says which kind of value its key has: a flag (bool), text (std::string), a
+  // number (double) or an integer (any other arithmetic type, converted as i64_of does).
+  auto set = [&](auto &field, const std::string &path) {
+    using T = std::remove_reference_t<decltype(field)>;
     Value v;
-    if (need(path, Value::Kind::Number, &v)) field = v.number;
+    if constexpr (std::is_same_v<T, bool>) {
+      if (need(path, Value::Kind::Bool, &v)) field = v.boolean;
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      if (need(path, Value::Kind::String, &v)) field = v.text;
+    } else if constexpr (std::is_floating_point_v<T>) {
+      if (need(path, Value::Kind::Number, &v)) field = v.number;
+    } else {
+      static_assert(std::is_integral_v<T>, "a config field is a flag, text, a number or an integer");
+      if (need(path, Value::Kind::Number, &v)) field = static_cast<T>(i64_of(v.number));
+    }
   };
-  auto i64 = [&](auto &field, const std::string &path) {
-    Value v;
-    if (need(path, Value::Kind::Number, &v)) field = static_cast<std::remove_reference_t<decltype(field)>>(i64_of(v.number));
-  };
-  auto flag = [&](bool &field, const std::string &path) {
-    Value v;
-    if (need(path, Value::Kind::Bool, &v)) field = v.boolean;
-  };
-  auto text = [&](std::string &field, const std::string &path) {
-    Value v;
-    if (need(path, Value::Kind::String, &v)) field = v.text;
+  // A section's keys, in order: each field from the key prefix + name.
+  using Field = std::variant<bool *, std::string *, double *, int *, int64_t *>;
+  auto section = [&](const std::string &prefix, std::initializer_list<std::pair<const char *, Field>> keys) {
+    for (const auto &[name, field] : keys) std::visit([&](auto *f) { set(*f, prefix + name); }, field);
   };
   // Keys whose DeepSpeed default is null: if_null is what null means to the engine, not a default.
   auto num_or = [&](const std::string &path, double if_null) {
@@ -105,9 +114,9 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
   t.gradient_accumulation_steps = batch.gas;
   t.world_size = world_size;
 
-  num(t.gradient_clipping, "gradient_clipping");
-  flag(t.prescale_gradients, "prescale_gradients");
-  num(t.gradient_predivide_factor, "gradient_predivide_factor");
+  section("", {{"gradient_clipping", &t.gradient_clipping},
+               {"prescale_gradients", &t.prescale_gradients},
+               {"gradient_predivide_factor", &t.gradient_predivide_factor}});
   std::string comm = text_or("communication_data_type", "");
   t.has_communication_data_type = !comm.empty();
   t.communication_data_type = dtype_of(comm);
@@ -117,144 +126,143 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
   // null (DeepSpeed 0.19's default) and Infinity mean never; the engine prints when it is positive.
   t.steps_per_print = value("steps_per_print").kind == Value::Kind::Number ? i64_or("steps_per_print", 0) : 0;
   t.comm_timeout_s = num_or("comm_timeout", 0.0);
-  flag(t.wall_clock_breakdown, "wall_clock_breakdown");
-  flag(t.csv_monitor.enabled, "csv_monitor.enabled");
-  text(t.csv_monitor.output_path, "csv_monitor.output_path");
-  text(t.csv_monitor.job_name, "csv_monitor.job_name");
+  set(t.wall_clock_breakdown, "wall_clock_breakdown");
+  section("csv_monitor.", {{"enabled", &t.csv_monitor.enabled},
+                           {"output_path", &t.csv_monitor.output_path},
+                           {"job_name", &t.csv_monitor.job_name}});
 
-  flag(t.fp16.enabled, "fp16.enabled");
-  num(t.fp16.loss_scale, "fp16.loss_scale");
-  i64(t.fp16.initial_scale_power, "fp16.initial_scale_power");
-  i64(t.fp16.loss_scale_window, "fp16.loss_scale_window");
-  i64(t.fp16.hysteresis, "fp16.hysteresis");
-  flag(t.fp16.consecutive_hysteresis, "fp16.consecutive_hysteresis");
-  num(t.fp16.min_loss_scale, "fp16.min_loss_scale");
-  flag(t.bf16_enabled, "bf16.enabled");
-  flag(t.bf16_check_grad_overflow, "bf16.check_grad_overflow");
-  flag(t.bf16_master_weights, "bf16.bf16_master_weights_and_grads");
-  flag(t.bf16_optimizer_states, "bf16.bf16_optimizer_states");
+  section("fp16.", {{"enabled", &t.fp16.enabled},
+                    {"loss_scale", &t.fp16.loss_scale},
+                    {"initial_scale_power", &t.fp16.initial_scale_power},
+                    {"loss_scale_window", &t.fp16.loss_scale_window},
+                    {"hysteresis", &t.fp16.hysteresis},
+                    {"consecutive_hysteresis", &t.fp16.consecutive_hysteresis},
+                    {"min_loss_scale", &t.fp16.min_loss_scale}});
+  section("bf16.", {{"enabled", &t.bf16_enabled},
+                    {"check_grad_overflow", &t.bf16_check_grad_overflow},
+                    {"bf16_master_weights_and_grads", &t.bf16_master_weights},
+                    {"bf16_optimizer_states", &t.bf16_optimizer_states}});
 
   OptimizerConfig &o = t.optimizer;
   o.present = c.has_optimizer();
   if (o.present) {
     int type = c.optimizer_type();
     o.type = static_cast<OptimizerType>(type);
-    const std::string p = "optimizer.params.";
-    num(o.lr, p + "lr");
-    num(o.beta1, p + "betas.0");
-    num(o.beta2, p + "betas.1");
-    num(o.eps, p + "eps");
-    num(o.weight_decay, p + "weight_decay");
+    section("optimizer.params.", {{"lr", &o.lr},
+                                  {"betas.0", &o.beta1},
+                                  {"betas.1", &o.beta2},
+                                  {"eps", &o.eps},
+                                  {"weight_decay", &o.weight_decay},
+                                  {"adam_w_mode", &o.adam_w_mode},
+                                  {"bias_correction", &o.bias_correction},
+                                  {"momentum", &o.momentum},
+                                  {"dampening", &o.dampening},
+                                  {"nesterov", &o.nesterov},
+                                  {"max_coeff", &o.max_coeff},
+                                  {"min_coeff", &o.min_coeff},
+                                  {"initial_accumulator_value", &o.initial_accumulator_value},
+                                  {"freeze_step", &o.freeze_step},
+                                  {"coeff_beta", &o.coeff_beta},
+                                  {"factor_max", &o.factor_max},
+                                  {"factor_min", &o.factor_min},
+                                  {"factor_threshold", &o.factor_threshold},
+                                  {"var_freeze_step", &o.var_freeze_step},
+                                  {"var_update_scaler", &o.var_update_scaler},
+                                  {"local_step_scaler", &o.local_step_scaler},
+                                  {"local_step_clipper", &o.local_step_clipper}});
     // DeepSpeed: type AdamW always decouples weight decay; type Adam does unless adam_w_mode is false.
-    flag(o.adam_w_mode, p + "adam_w_mode");
     if (o.type == OptimizerType::AdamW) o.adam_w_mode = true;
-    flag(o.bias_correction, p + "bias_correction");
-    num(o.momentum, p + "momentum");
-    num(o.dampening, p + "dampening");
-    flag(o.nesterov, p + "nesterov");
-    num(o.max_coeff, p + "max_coeff");
-    num(o.min_coeff, p + "min_coeff");
-    num(o.initial_accumulator_value, p + "initial_accumulator_value");
-    i64(o.freeze_step, p + "freeze_step");
-    num(o.coeff_beta, p + "coeff_beta");
-    num(o.factor_max, p + "factor_max");
-    num(o.factor_min, p + "factor_min");
-    num(o.factor_threshold, p + "factor_threshold");
-    i64(o.var_freeze_step, p + "var_freeze_step");
-    i64(o.var_update_scaler, p + "var_update_scaler");
-    i64(o.local_step_scaler, p + "local_step_scaler");
-    i64(o.local_step_clipper, p + "local_step_clipper");
   }
 
   SchedulerConfig &s = t.scheduler;
   if (c.has_scheduler()) {
     s.type = static_cast<SchedulerType>(c.scheduler_type());
     const std::string p = "scheduler.params.";
-    num(s.warmup_min_lr, p + "warmup_min_lr");
-    num(s.warmup_max_lr, p + "warmup_max_lr");
-    i64(s.warmup_num_steps, p + "warmup_num_steps");
-    text(s.warmup_type, p + "warmup_type");
+    section(p, {{"warmup_min_lr", &s.warmup_min_lr},
+                {"warmup_max_lr", &s.warmup_max_lr},
+                {"warmup_num_steps", &s.warmup_num_steps},
+                {"warmup_type", &s.warmup_type},
+                {"warmup_min_ratio", &s.warmup_min_ratio},
+                {"cos_min_ratio", &s.cos_min_ratio},
+                {"decay_lr_rate", &s.decay_lr_rate},
+                {"cycle_first_step_size", &s.cycle_first_step_size},
+                {"cycle_first_stair_count", &s.cycle_first_stair_count},
+                {"decay_step_size", &s.decay_step_size},
+                {"cycle_momentum", &s.cycle_momentum},
+                {"cycle_min_mom", &s.cycle_min_mom},
+                {"cycle_max_mom", &s.cycle_max_mom},
+                {"decay_mom_rate", &s.decay_mom_rate},
+                {"lr_range_test_min_lr", &s.lr_range_test_min_lr},
+                {"lr_range_test_step_size", &s.lr_range_test_step_size},
+                {"lr_range_test_step_rate", &s.lr_range_test_step_rate},
+                {"lr_range_test_staircase", &s.lr_range_test_staircase}});
     s.total_num_steps = i64_or(p + "total_num_steps", s.total_num_steps);
-    num(s.warmup_min_ratio, p + "warmup_min_ratio");
-    num(s.cos_min_ratio, p + "cos_min_ratio");
     s.cycle_min_lr = num_or(p + "cycle_min_lr", s.cycle_min_lr);
     s.cycle_max_lr = num_or(p + "cycle_max_lr", s.cycle_max_lr);
-    num(s.decay_lr_rate, p + "decay_lr_rate");
-    i64(s.cycle_first_step_size, p + "cycle_first_step_size");
     s.cycle_second_step_size = i64_or(p + "cycle_second_step_size", s.cycle_second_step_size);
-    i64(s.cycle_first_stair_count, p + "cycle_first_stair_count");
     s.cycle_second_stair_count = i64_or(p + "cycle_second_stair_count", s.cycle_second_stair_count);
-    i64(s.decay_step_size, p + "decay_step_size");
-    flag(s.cycle_momentum, p + "cycle_momentum");
-    num(s.cycle_min_mom, p + "cycle_min_mom");
-    num(s.cycle_max_mom, p + "cycle_max_mom");
-    num(s.decay_mom_rate, p + "decay_mom_rate");
     // DeepSpeed's OneCycle cycles momentum only for an optimizer with betas: with SGD or Adagrad it
     // turns cycling off (check() warned), so SGD keeps its own momentum.
     if (s.type == SchedulerType::OneCycle && o.present &&
         (o.type == OptimizerType::SGD || o.type == OptimizerType::Adagrad))
       s.cycle_momentum = false;
-    num(s.lr_range_test_min_lr, p + "lr_range_test_min_lr");
-    i64(s.lr_range_test_step_size, p + "lr_range_test_step_size");
-    num(s.lr_range_test_step_rate, p + "lr_range_test_step_rate");
-    flag(s.lr_range_test_staircase, p + "lr_range_test_staircase");
   }
 
   ZeroConfig &z = t.zero;
   const std::string zp = "zero_optimization.";
-  i64(z.stage, zp + "stage");
-  flag(z.contiguous_gradients, zp + "contiguous_gradients");
-  flag(z.reduce_scatter, zp + "reduce_scatter");
-  i64(z.reduce_bucket_size, zp + "reduce_bucket_size");
-  flag(z.allgather_partitions, zp + "allgather_partitions");
-  i64(z.allgather_bucket_size, zp + "allgather_bucket_size");
-  flag(z.overlap_comm, zp + "overlap_comm");
-  flag(z.round_robin_gradients, zp + "round_robin_gradients");
-  i64(z.sub_group_size, zp + "sub_group_size");
-  i64(z.stage3_prefetch_bucket_size, zp + "stage3_prefetch_bucket_size");
-  i64(z.stage3_param_persistence_threshold, zp + "stage3_param_persistence_threshold");
-  i64(z.stage3_max_live_parameters, zp + "stage3_max_live_parameters");
-  i64(z.stage3_max_reuse_distance, zp + "stage3_max_reuse_distance");
-  flag(z.stage3_gather_16bit_weights_on_model_save, zp + "stage3_gather_16bit_weights_on_model_save");
+  section(zp, {{"stage", &z.stage},
+               {"contiguous_gradients", &z.contiguous_gradients},
+               {"reduce_scatter", &z.reduce_scatter},
+               {"reduce_bucket_size", &z.reduce_bucket_size},
+               {"allgather_partitions", &z.allgather_partitions},
+               {"allgather_bucket_size", &z.allgather_bucket_size},
+               {"overlap_comm", &z.overlap_comm},
+               {"round_robin_gradients", &z.round_robin_gradients},
+               {"sub_group_size", &z.sub_group_size},
+               {"stage3_prefetch_bucket_size", &z.stage3_prefetch_bucket_size},
+               {"stage3_param_persistence_threshold", &z.stage3_param_persistence_threshold},
+               {"stage3_max_live_parameters", &z.stage3_max_live_parameters},
+               {"stage3_max_reuse_distance", &z.stage3_max_reuse_distance},
+               {"stage3_gather_16bit_weights_on_model_save", &z.stage3_gather_16bit_weights_on_model_save},
+               {"zero_hpz_partition_size", &z.zero_hpz_partition_size},
+               {"zero_quantized_weights", &z.zero_quantized_weights},
+               {"zero_quantized_nontrainable_weights", &z.zero_quantized_nontrainable_weights},
+               {"zero_quantized_gradients", &z.zero_quantized_gradients},
+               {"mics_shard_size", &z.mics_shard_size},
+               {"mics_hierarchical_params_gather", &z.mics_hierarchical_params_gather}});
   // hpZ is a stage-3 partitioning (DeepSpeed reads it only there); 0 means off, like 1.
-  i64(z.zero_hpz_partition_size, zp + "zero_hpz_partition_size");
   z.zero_hpz_partition_size = std::max<int64_t>(1, z.zero_hpz_partition_size);
   if (z.stage != 3) z.zero_hpz_partition_size = 1;
-  flag(z.zero_quantized_weights, zp + "zero_quantized_weights");
-  flag(z.zero_quantized_nontrainable_weights, zp + "zero_quantized_nontrainable_weights");
-  flag(z.zero_quantized_gradients, zp + "zero_quantized_gradients");
   // MiCS (docs/zero.md): stage 3 only; 0 or below means off. The rules are in config_rules.cpp.
-  i64(z.mics_shard_size, zp + "mics_shard_size");
   if (z.mics_shard_size <= 0) z.mics_shard_size = -1;
-  flag(z.mics_hierarchical_params_gather, zp + "mics_hierarchical_params_gather");
   if (z.mics_shard_size <= 0) z.mics_hierarchical_params_gather = false;
   for (OffloadConfig *offload : {&z.offload_optimizer, &z.offload_param}) {
     const bool is_param = offload == &z.offload_param;
     const std::string p = zp + (is_param ? "offload_param." : "offload_optimizer.");
     std::string device;
-    text(device, p + "device");
+    set(device, p + "device");
     offload->device = device_of(device);
     offload->nvme_path = text_or(p + "nvme_path", "");
-    flag(offload->pin_memory, p + "pin_memory");
-    i64(offload->buffer_count, p + "buffer_count");
-    i64(offload->buffer_size, p + "buffer_size");
-    i64(offload->max_in_cpu, p + "max_in_cpu");
-    flag(offload->pipeline_read, p + "pipeline_read");
-    flag(offload->pipeline_write, p + "pipeline_write");
-    flag(offload->fast_init, p + "fast_init");
-    num(offload->ratio, p + "ratio");
+    section(p, {{"pin_memory", &offload->pin_memory},
+                {"buffer_count", &offload->buffer_count},
+                {"buffer_size", &offload->buffer_size},
+                {"max_in_cpu", &offload->max_in_cpu},
+                {"pipeline_read", &offload->pipeline_read},
+                {"pipeline_write", &offload->pipeline_write},
+                {"fast_init", &offload->fast_init},
+                {"ratio", &offload->ratio}});
     // Below the stage that reads it the section is ignored, as DeepSpeed ignores it (check() warned).
     if ((is_param && z.stage != 3) || (!is_param && z.stage == 0)) offload->device = OffloadDevice::None;
   }
 
-  i64(t.aio.block_size, "aio.block_size");
-  i64(t.aio.queue_depth, "aio.queue_depth");
-  i64(t.aio.intra_op_parallelism, "aio.intra_op_parallelism");
-  flag(t.aio.single_submit, "aio.single_submit");
-  flag(t.aio.overlap_events, "aio.overlap_events");
-  flag(t.aio.use_gds, "aio.use_gds");
-  flag(t.checkpoint.use_node_local_storage, "checkpoint.use_node_local_storage");
-  flag(t.checkpoint.load_universal, "checkpoint.load_universal");
+  section("aio.", {{"block_size", &t.aio.block_size},
+                   {"queue_depth", &t.aio.queue_depth},
+                   {"intra_op_parallelism", &t.aio.intra_op_parallelism},
+                   {"single_submit", &t.aio.single_submit},
+                   {"overlap_events", &t.aio.overlap_events},
+                   {"use_gds", &t.aio.use_gds}});
+  section("checkpoint.", {{"use_node_local_storage", &t.checkpoint.use_node_local_storage},
+                          {"load_universal", &t.checkpoint.load_universal}});
 
   DSRT_RETURN_IF_ERROR(missing);
   // The engine's refusals that depend on the config alone (config_rules.h): refused here, so every

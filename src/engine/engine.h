@@ -379,7 +379,9 @@ class Engine final : public PartitionedState {
   std::string nvme_grad_array(size_t group) const;
   Status nvme_grads_build();
   void nvme_grad_reducer_options(ReducerOptions *options);
-  Status nvme_grad_sum_squares(float scale, double *sum, bool *nonfinite);
+  Status nvme_grad_sum_squares(float scale, double *sum, bool *nonfinite);  // agreed by the ranks
+  Status nvme_grad_norm_pass(float scale, double *sum, bool *nonfinite);    // this rank's files
+  Status nvme_grads_agree();
   Status nvme_grads_from_device();  // staged route: device accumulator -> swap files at the boundary
   bool nvme_gradient_swap_ = true;
   std::unique_ptr<GradSwap> grad_swap_;  // after nvme_: destroyed first (it borrows nvme_'s store)

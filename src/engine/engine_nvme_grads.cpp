@@ -6,9 +6,16 @@
 // the optimizer pass reads each sub-group's gradient with its master and states (engine_nvme.cpp).
 // On a GPU (the staged route) the reducer sums the window on the device and nvme_grads_from_device
 // moves it sub-group by sub-group into the swap files at the boundary.
+//
+// A failed gradient write or read (full disk, EIO) fails the whole window on every rank, agreed at
+// the boundary: the rank it happens on records it and runs on (its collectives with the other
+// ranks go on; the window's remaining ranges are dropped), and the norm pass makes it known to every
+// rank (nvme_grads_agree), so that every rank returns DSRT_ERR_IO for the boundary step, none
+// applies it, and every rank drops the window. The engine stays usable (docs/offload.md).
 #include "engine/engine.h"
 #include "optim/sum_squares_stream.h"
 #include "util/log.h"
+#include "zero/boundary_agreement.h"
 
 namespace dsrt {
 
@@ -32,11 +39,15 @@ Status Engine::nvme_grads_build() {
 
 void Engine::nvme_grad_reducer_options(ReducerOptions *options) {
   GradSwap *swap = grad_swap_.get();
+  // A failure is kept for the boundary (nvme_grads_agree), not returned here: a rank whose
+  // grad_ready or step failed mid-window would leave the others waiting in its collectives.
   options->map_range = [swap](int64_t offset, int64_t count, float **dst, int64_t *mapped) {
-    return swap->map(offset, count, dst, mapped);
+    swap->map_or_discard(offset, count, dst, mapped);
+    return Status::Ok();
   };
   options->flush_ranges = [swap]() {
-    return swap->flush().with_context("writing this micro-step's gradients to the swap files (offload_optimizer nvme)");
+    swap->flush_or_defer();
+    return Status::Ok();
   };
   options->on_window_start = [swap]() { swap->begin_window(); };
 }
@@ -61,6 +72,33 @@ Status Engine::nvme_grads_from_device() {
 }
 
 Status Engine::nvme_grad_sum_squares(float scale, double *sum, bool *nonfinite) {
+  if (grad_swap_->window_failure().ok()) grad_swap_->defer(nvme_grad_norm_pass(scale, sum, nonfinite));
+  return nvme_grads_agree();
+}
+
+// Every rank learns whether the window failed on any rank. If it did, every rank drops the window
+// (the next micro-step starts a new one; nothing was applied, the counters stay) and returns the
+// failure: its own, naming its swap file, or the failing rank's.
+Status Engine::nvme_grads_agree() {
+  const Status local = grad_swap_->window_failure();
+  const Status agreed = agree_local_failure(*comm_, local);
+  // A failed agreement collective (DSRT_ERR_COMM; a swap failure never has that code) makes the
+  // engine unusable anyway (Engine::track).
+  if (agreed.ok() || agreed.code() == DSRT_ERR_COMM) return agreed;
+  stage_->next_window();
+  grad_swap_->begin_window();  // the staged route's reducer does not call it
+  const std::string what =
+      local.ok() ? Format("another rank's gradient swap files failed in this accumulation window (rank %d's are "
+                          "complete)", rank())
+                 : Format("rank %d's gradient swap files failed in this accumulation window", rank());
+  return Error(agreed.code(),
+               "%s: %s; no rank applied the step and every rank dropped the window (weights, optimizer states, "
+               "loss scale and step count are unchanged, checkpoints can be saved): run the window's micro-steps "
+               "again on every rank (free space on the nvme_path drive first), or destroy the engine",
+               what.c_str(), agreed.message().c_str());
+}
+
+Status Engine::nvme_grad_norm_pass(float scale, double *sum, bool *nonfinite) {
   DSRT_RETURN_IF_ERROR(grad_swap_->finish_window());
   const size_t groups = grad_swap_->sub_groups();
   std::vector<SubGroup> todo(groups);

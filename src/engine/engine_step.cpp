@@ -48,7 +48,10 @@ const float *Engine::step_grads() const {
 
 Status Engine::stage_host_grads() {
   if (!stages_through_host()) return Status::Ok();
-  if (grad_swap_) return nvme_grads_from_device();  // stage 3 NVMe: into the swap files
+  if (grad_swap_) {  // stage 3 NVMe: into the swap files; a failure is agreed in the norm pass
+    grad_swap_->defer(nvme_grads_from_device());
+    return Status::Ok();
+  }
   // Normally every range was copied as it became final; only wait for those copies.
   if (reducer_.final_ranges_delivered()) return device_->synchronize(nullptr);
   const size_t bytes = static_cast<size_t>(part_.partition_elems()) * sizeof(float);

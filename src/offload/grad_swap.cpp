@@ -47,8 +47,8 @@ Status GradSwap::lose(Status status) {
 Status GradSwap::check_lost() const {
   if (lost_.ok()) return Status::Ok();
   return Error(lost_.code(),
-               "the gradients of this accumulation window are lost (%s); the step cannot be taken on them: destroy "
-               "the engine and restart from a checkpoint (free space on the nvme_path drive first)",
+               "the gradients of this accumulation window are lost (%s); the step cannot be taken on them (the "
+               "next window starts afresh; free space on the nvme_path drive first)",
                lost_.message().c_str());
 }
 
@@ -149,12 +149,47 @@ Status GradSwap::finish_window() {
   return Status::Ok();
 }
 
+void GradSwap::drain() {
+  lease_.release();
+  current_ = SIZE_MAX;
+  while (!writing_.empty()) {
+    const Status status = finish_oldest();  // a failure is recorded (the first one is kept)
+    (void)status;
+  }
+}
+
+void GradSwap::map_or_discard(int64_t offset, int64_t count, float **dst, int64_t *mapped) {
+  if (lost_.ok()) {
+    const Status status = map(offset, count, dst, mapped);
+    if (status.ok()) return;
+    defer(status);
+  }
+  // The window is lost: its remaining ranges are summed here and dropped (a bounded buffer, handed
+  // out piece by piece; the reducer maps again until its range is covered).
+  constexpr int64_t kDiscardElems = int64_t{1} << 16;
+  if (discard_.empty()) discard_.resize(static_cast<size_t>(kDiscardElems));
+  *dst = discard_.data();
+  *mapped = std::max<int64_t>(1, std::min(count, kDiscardElems));
+}
+
+void GradSwap::flush_or_defer() {
+  if (!lost_.ok()) return;  // drained when the failure was recorded
+  defer(flush());
+}
+
+void GradSwap::defer(const Status &status) {
+  if (status.ok()) return;
+  if (lost_.ok()) lost_ = status;
+  drain();
+}
+
 void GradSwap::begin_window() {
   // What is in memory belongs to the window that ended (normally nothing: flush ran).
   lease_.release();
   current_ = SIZE_MAX;
   std::fill(holds_.begin(), holds_.end(), 0);
   lost_ = Status::Ok();
+  discard_ = std::vector<float>();
 }
 
 }  // namespace dsrt

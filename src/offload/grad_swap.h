@@ -20,7 +20,11 @@
 // Failures: a failed write-back or read returns the store's DSRT_ERR_IO status (naming the array
 // and the file). The window's sums in that sub-group are then lost, so the failure sticks: every
 // later map, flush and finish_window of the window returns it (the step cannot be taken on partial
-// gradients); begin_window clears it.
+// gradients); begin_window clears it. A caller that must keep in step with other ranks whatever
+// happens here (the engine's reducer, whose collectives go on) uses map_or_discard and
+// flush_or_defer instead: a failure is recorded (window_failure), the write-backs in flight are
+// drained, and the rest of the window's ranges are summed into scratch memory and dropped, so
+// backward runs on to the boundary, where the ranks agree on the failure (engine_nvme_grads.cpp).
 #pragma once
 
 #include <cstdint>
@@ -67,6 +71,16 @@ class GradSwap {
   // A new accumulation window: every sub-group's gradient counts as zero.
   void begin_window();
 
+  // As map and flush, but never failing: after the window's first failure *dst is scratch memory
+  // (its values are dropped) and flush_or_defer does nothing; window_failure() holds the failure.
+  void map_or_discard(int64_t offset, int64_t count, float **dst, int64_t *mapped);
+  void flush_or_defer();
+  // Records a failure of this window found outside this object (the staged route's copies into the
+  // swap buffers); an OK status records nothing. The first failure is kept.
+  void defer(const Status &status);
+  // The window's first failure (OK while none), kept until begin_window.
+  const Status &window_failure() const { return lost_; }
+
   size_t sub_groups() const { return holds_.size(); }
   std::string array_name(size_t g) const { return name_(g); }
   uint64_t array_bytes(size_t g) const;
@@ -85,6 +99,7 @@ class GradSwap {
   Status acquire(PinnedLease *lease);
   Status lose(Status status);  // records the window's first failure; returns status
   Status check_lost() const;
+  void drain();  // after a failure: drops the sub-group in memory and waits for the write-backs
 
   SwapStore &store_;
   PinnedPool &pool_;
@@ -96,6 +111,7 @@ class GradSwap {
   std::deque<WriteBack> writing_;
   GradSwapStats stats_;
   Status lost_;  // the window's first failure (sticky until begin_window)
+  std::vector<float> discard_;  // map_or_discard's scratch after a failure (allocated then)
 };
 
 }  // namespace dsrt

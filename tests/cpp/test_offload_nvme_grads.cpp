@@ -4,7 +4,8 @@
 // read by the boundary's norm pass and the optimizer pass, and the weights, gradient norms and
 // skips are bitwise those of the in-memory engine: accumulation over 1-3 micro-steps, fp16 with an
 // overflow skip, clipping on and off, several sub-group cuts and buffer counts. A failed gradient
-// write returns DSRT_ERR_IO naming the file; `dsrt estimate-memory` agrees with dsrt_engine_memory.
+// write fails the boundary step with DSRT_ERR_IO naming the file, and the window is dropped;
+// `dsrt estimate-memory` agrees with dsrt_engine_memory.
 // The GPU engine's staged route (forced on the CPU device) swaps them too, bitwise the same.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -235,32 +236,48 @@ TEST(OffloadNvmeGrads, CheckpointResumesBitwise) {
   EXPECT_TRUE(remove_tree(dir).ok());
 }
 
-// A gradient write-back that fails (a full disk) during backward: DSRT_ERR_IO naming the gradient
-// swap file, and the window's gradients are not used by a later step.
+// A gradient write-back that fails (a full disk) during backward: backward and the window's first
+// step() go on, and the boundary step returns DSRT_ERR_IO naming the gradient swap file and the
+// errno; the window's gradients are dropped, nothing is applied, and the engine goes on bitwise as
+// one that never saw the window.
 TEST(OffloadNvmeGrads, FailedGradientWriteNamesTheFile) {
   for (int nth : {1, 3}) {
     SCOPED_TRACE(Format("request %d fails", nth));
-    TempFolder folder;
+    TempFolder folder, clean_folder;
     TrainConfig config = base_config(3);
     config.gradient_accumulation_steps = 2;
     set_nvme(&config, folder.path, 700, 2, true);
-    std::unique_ptr<Engine> e;
+    std::unique_ptr<Engine> e, clean;
     ASSERT_TRUE(make_engine(config, local_comm(), kShapes, &e).ok());
+    set_nvme(&config, clean_folder.path, 700, 2, true);
+    ASSERT_TRUE(make_engine(config, local_comm(), kShapes, &clean).ok());
     run(*e, 1, 2, false);
+    run(*clean, 1, 2, false);
     aio_testing_fail_request(e->nvme_swapper()->aio(), static_cast<uint64_t>(nth), ENOSPC);
-    Status first = micro_step(*e, 50, false);
-    Status stepped = e->step(nullptr);
-    Status failure = first.ok() ? stepped : first;
+    Status failure;
+    for (uint32_t seed : {50u, 51u}) {
+      const Status backward = micro_step(*e, seed, false);
+      ASSERT_TRUE(backward.ok()) << backward.message();
+      failure = e->step(nullptr);
+      if (seed == 50u) {
+        ASSERT_TRUE(failure.ok()) << failure.message();
+      }
+    }
     ASSERT_EQ(failure.code(), DSRT_ERR_IO) << failure.message();
     EXPECT_NE(failure.message().find(".grad."), std::string::npos) << failure.message();
     EXPECT_NE(failure.message().find(".swp"), std::string::npos) << failure.message();
     EXPECT_NE(failure.message().find(folder.path), std::string::npos) << failure.message();
-    // The window's sums are incomplete: the next micro-step and boundary refuse to use them.
-    const int64_t applied = e->counters().applied_steps;
-    Status again = micro_step(*e, 51, false);
-    if (again.ok()) again = e->step(nullptr);
-    EXPECT_FALSE(again.ok());
-    EXPECT_EQ(e->counters().applied_steps, applied);
+    EXPECT_NE(failure.message().find("No space left on device"), std::string::npos) << failure.message();
+    EXPECT_EQ(e->counters().applied_steps, clean->counters().applied_steps);
+    EXPECT_EQ(e->counters().global_step, clean->counters().global_step);
+    // The window was dropped: the next ones are those of an engine that never saw it.
+    const std::vector<dsrt_step_result> want = run(*clean, 2, 2, false), got = run(*e, 2, 2, false);
+    ASSERT_EQ(want.size(), got.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(std::memcmp(&want[i].grad_norm, &got[i].grad_norm, sizeof(double)), 0) << "step " << i;
+      EXPECT_EQ(want[i].global_step, got[i].global_step) << "step " << i;
+    }
+    expect_bitwise_equal(read_all(*clean), read_all(*e));
   }
 }
 

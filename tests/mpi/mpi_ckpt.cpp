@@ -10,6 +10,7 @@
 #include "../cpp/ckpt_test_util.h"
 #include "ckpt/manifest.h"
 #include "ckpt/shard_file.h"
+#include "mpi_scratch_dir.h"
 #include "mpi_test_main.h"
 
 namespace dsrt {
@@ -19,31 +20,11 @@ using namespace ckpt_test;
 
 std::shared_ptr<Comm> g_world;
 
-// One folder for all ranks (named after rank 0's pid), emptied by rank 0.
-std::string shared_dir(const std::string &name) {
-  uint64_t pid = static_cast<uint64_t>(::getpid());
-  EXPECT_TRUE(g_world->broadcast_bytes(&pid, sizeof pid, 0).ok());
-  const std::string dir = std::string(DSRT_BINARY_DIR) + "/ckpt_scratch/mpi_" + name + "_" + std::to_string(pid);
-  if (g_world->rank() == 0) {
-    EXPECT_TRUE(remove_tree(dir).ok());
-    EXPECT_TRUE(make_directories(dir).ok());
-  }
-  EXPECT_TRUE(g_world->barrier().ok());
-  return dir;
-}
-
-void cleanup(const std::string &dir) {
-  EXPECT_TRUE(g_world->barrier().ok());
-  if (g_world->rank() == 0) {
-    EXPECT_TRUE(remove_tree(dir).ok());
-  }
-}
-
 TEST(MpiCheckpoint, ContinuationIsBitwiseExactAtEveryStage) {
   for (dsrt_dtype dtype : {DSRT_F32, DSRT_BF16}) {
     for (int stage = 0; stage <= 3; ++stage) {
       SCOPED_TRACE(std::string(dtype_name(dtype)) + " stage " + std::to_string(stage));
-      const std::string dir = shared_dir("cont");
+      const std::string dir = mpi_test::shared_dir(*g_world, "cont");
       TrainConfig config = config_for(stage, dtype);
       config.gradient_clipping = 0.5;
       auto a = make_engine(config, g_world);
@@ -67,7 +48,7 @@ TEST(MpiCheckpoint, ContinuationIsBitwiseExactAtEveryStage) {
         // Stage 0 replicates everything: one shard; otherwise one per rank.
         EXPECT_EQ(m.shards.size(), stage == 0 ? 1u : static_cast<size_t>(g_world->size()));
       }
-      cleanup(dir);
+      mpi_test::remove_shared_dir(*g_world, dir);
     }
   }
 }
@@ -78,7 +59,7 @@ TEST(MpiCheckpoint, ContinuationIsBitwiseExactAtEveryStage) {
 TEST(MpiCheckpoint, StatesWithoutHostPointerSaveAndReshard) {
   for (int load_stage : {2, 3}) {
     SCOPED_TRACE("stage 2 into stage " + std::to_string(load_stage));
-    const std::string dir = shared_dir("nohost");
+    const std::string dir = mpi_test::shared_dir(*g_world, "nohost");
     checkpoint_test_hooks().states_without_host_pointer = true;
     checkpoint_test_hooks().block_bytes = 4096;
     auto a = make_engine(config_for(2, DSRT_F32), g_world);
@@ -98,12 +79,12 @@ TEST(MpiCheckpoint, StatesWithoutHostPointerSaveAndReshard) {
       train(*b, 2);
       EXPECT_TRUE(bitwise_equal(partition_bytes(*a), partition_bytes(*b)));
     }
-    cleanup(dir);
+    mpi_test::remove_shared_dir(*g_world, dir);
   }
 }
 
 TEST(MpiCheckpoint, OneDamagedShardFailsEveryRankAndChangesNothing) {
-  const std::string dir = shared_dir("damage");
+  const std::string dir = mpi_test::shared_dir(*g_world, "damage");
   checkpoint_test_hooks().block_bytes = 4096;
   auto a = make_engine(config_for(2), g_world);
   train(*a, 2);
@@ -125,11 +106,11 @@ TEST(MpiCheckpoint, OneDamagedShardFailsEveryRankAndChangesNothing) {
   EXPECT_NE(s.message().find(shard_file_name(victim)), std::string::npos) << s.message();
   EXPECT_TRUE(bitwise_equal(before, partition_bytes(*b)));
   EXPECT_EQ(b->counters().global_step, 1);
-  cleanup(dir);
+  mpi_test::remove_shared_dir(*g_world, dir);
 }
 
 TEST(MpiCheckpoint, SixteenBitModelGathersStageThreeShards) {
-  const std::string dir = shared_dir("model16");
+  const std::string dir = mpi_test::shared_dir(*g_world, "model16");
   auto a = make_engine(config_for(3, DSRT_BF16), g_world);
   train(*a, 2);
   const std::string path = dir + "/model.safetensors";
@@ -154,13 +135,13 @@ TEST(MpiCheckpoint, SixteenBitModelGathersStageThreeShards) {
       at += file.size() * 2;
     }
   }
-  cleanup(dir);
+  mpi_test::remove_shared_dir(*g_world, dir);
 }
 
 TEST(MpiCheckpoint, NodeLocalStorageSavesAndLoads) {
   for (int stage : {0, 3}) {
     SCOPED_TRACE("stage " + std::to_string(stage));
-    const std::string dir = shared_dir("nodelocal");
+    const std::string dir = mpi_test::shared_dir(*g_world, "nodelocal");
     TrainConfig config = config_for(stage);
     config.checkpoint.use_node_local_storage = true;
     auto a = make_engine(config, g_world);
@@ -174,7 +155,7 @@ TEST(MpiCheckpoint, NodeLocalStorageSavesAndLoads) {
     Manifest m;
     ASSERT_TRUE(read_manifest(dir + "/global_step2", &m).ok());
     EXPECT_TRUE(m.node_local);
-    cleanup(dir);
+    mpi_test::remove_shared_dir(*g_world, dir);
   }
 }
 

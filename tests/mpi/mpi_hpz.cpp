@@ -18,7 +18,9 @@
 #include <vector>
 
 #include "../cpp/ckpt_test_util.h"
+#include "../cpp/estimate_memory_util.h"
 #include "comm/comm.h"
+#include "mpi_scratch_dir.h"
 #include "mpi_test_main.h"
 
 namespace dsrt {
@@ -207,22 +209,15 @@ TEST(Hpz, MemoryShowsTheSecondaryPartition) {
   // tensor's padding to a multiple of the world size (under 2W/k bytes a tensor).
   int64_t total = 0;
   for (size_t t = 0; t < hpz->num_tensors(); ++t) total += hpz->tensor_numel(t);
-  const std::string command = std::string(DSRT_BINARY_DIR) + "/bin/dsrt estimate-memory --params " +
-                              std::to_string(total) + " --largest-layer-params 1 --stage 3 --world-size " +
-                              std::to_string(world) + " --hpz 2 --json";
-  FILE *pipe = popen(command.c_str(), "r");
-  ASSERT_NE(pipe, nullptr) << command;
+  uint64_t estimated = 0;
   std::string out;
-  char chunk[4096];
-  for (size_t n; (n = fread(chunk, 1, sizeof chunk, pipe)) > 0;) out.append(chunk, n);
-  ASSERT_EQ(pclose(pipe), 0) << command << "\n" << out;
-  const size_t at = out.find("\"hpz_secondary_bytes\": ");
-  ASSERT_NE(at, std::string::npos) << out;
-  const uint64_t estimated = std::strtoull(out.c_str() + at + 23, nullptr, 10);
+  ASSERT_NO_FATAL_FAILURE(estimate_test::estimate_memory("--params " + std::to_string(total) +
+                                                             " --largest-layer-params 1 --stage 3 --world-size " +
+                                                             std::to_string(world) + " --hpz 2",
+                                                         "hpz_secondary_bytes", &estimated, &out));
   const int k = std::min(2, world);
   const uint64_t slack = static_cast<uint64_t>(hpz->num_tensors()) * 2 * static_cast<uint64_t>(world / k);
-  EXPECT_LE(estimated, extra) << out;
-  EXPECT_LE(extra, estimated + slack) << "engine " << extra << " bytes, estimate-memory " << estimated;
+  estimate_test::expect_within_estimate(extra, estimated, slack, out);
   if (world >= 2) {
     EXPECT_GT(estimated, 0u);
   }
@@ -235,26 +230,13 @@ TEST(Hpz, MemoryShowsTheSecondaryPartition) {
   EXPECT_EQ(hpz->param_coordinator()->secondary_bytes(), 0u);
 }
 
-// One folder for all ranks (named after rank 0's pid), emptied by rank 0.
-std::string shared_dir(const std::string &name) {
-  uint64_t pid = static_cast<uint64_t>(::getpid());
-  EXPECT_TRUE(g_world->broadcast_bytes(&pid, sizeof pid, 0).ok());
-  const std::string dir = std::string(DSRT_BINARY_DIR) + "/ckpt_scratch/mpi_" + name + "_" + std::to_string(pid);
-  if (g_world->rank() == 0) {
-    EXPECT_TRUE(remove_tree(dir).ok());
-    EXPECT_TRUE(make_directories(dir).ok());
-  }
-  EXPECT_TRUE(g_world->barrier().ok());
-  return dir;
-}
-
 TEST(Hpz, CheckpointsResumeBitwiseAcrossHpzAndZero3) {
   RanksPerNode env;
   for (int saved : {2, 1})
     for (int loaded : {2, 1}) {
       SCOPED_TRACE("saved with zero_hpz_partition_size " + std::to_string(saved) + ", loaded with " +
                    std::to_string(loaded));
-      const std::string dir = shared_dir("hpz");
+      const std::string dir = mpi_test::shared_dir(*g_world, "hpz");
       auto a = make_engine(config(saved), g_world);
       train_steps(*a, 2);
       Status s = save_checkpoint(*a, dir, "");
@@ -267,10 +249,7 @@ TEST(Hpz, CheckpointsResumeBitwiseAcrossHpzAndZero3) {
       EXPECT_TRUE(bitwise_equal(masters(*a), masters(*b)));
       EXPECT_TRUE(bitwise_equal(partition_bytes(*a), partition_bytes(*b)));
       EXPECT_EQ(a->counters().global_step, b->counters().global_step);
-      EXPECT_TRUE(g_world->barrier().ok());
-      if (g_world->rank() == 0) {
-        EXPECT_TRUE(remove_tree(dir).ok());
-      }
+      mpi_test::remove_shared_dir(*g_world, dir);
     }
 }
 

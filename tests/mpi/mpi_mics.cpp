@@ -18,8 +18,10 @@
 #include <vector>
 
 #include "../cpp/ckpt_test_util.h"
+#include "../cpp/estimate_memory_util.h"
 #include "ckpt/manifest.h"
 #include "comm/comm.h"
+#include "mpi_scratch_dir.h"
 #include "mpi_test_main.h"
 
 namespace dsrt {
@@ -153,22 +155,15 @@ TEST(Mics, MemoryMatchesEstimateMemory) {
     const uint64_t held = m.working_params[DSRT_LOC_DEVICE] + m.gradients[DSRT_LOC_DEVICE] +
                           m.master_params[DSRT_LOC_DEVICE] + m.optimizer_states[DSRT_LOC_DEVICE];
     EXPECT_EQ(held, 18u * static_cast<uint64_t>(engine->partitioning().partition_elems()));
-    const std::string command = std::string(DSRT_BINARY_DIR) + "/bin/dsrt estimate-memory --params " +
-                                std::to_string(total) + " --largest-layer-params 1 --stage 3 --offload-optimizer none "
-                                "--offload-param none --world-size " + std::to_string(world) +
-                                " --mics-shard-size " + std::to_string(k) + " --json";
-    FILE *pipe = popen(command.c_str(), "r");
-    ASSERT_NE(pipe, nullptr) << command;
+    uint64_t gpu_bytes = 0;
     std::string out;
-    char chunk[4096];
-    for (size_t n; (n = fread(chunk, 1, sizeof chunk, pipe)) > 0;) out.append(chunk, n);
-    ASSERT_EQ(pclose(pipe), 0) << command << "\n" << out;
-    const size_t at = out.find("\"gpu_bytes\": ");
-    ASSERT_NE(at, std::string::npos) << out;
-    const uint64_t estimated = std::strtoull(out.c_str() + at + 13, nullptr, 10) - 4;  // less the largest layer's 4L
+    ASSERT_NO_FATAL_FAILURE(estimate_test::estimate_memory(
+        "--params " + std::to_string(total) + " --largest-layer-params 1 --stage 3 --offload-optimizer none "
+        "--offload-param none --world-size " + std::to_string(world) + " --mics-shard-size " + std::to_string(k),
+        "gpu_bytes", &gpu_bytes, &out));
+    const uint64_t estimated = gpu_bytes - 4;  // less the largest layer's 4L
     const uint64_t slack = estimated / 100;
-    EXPECT_LE(estimated, held) << out;
-    EXPECT_LE(held, estimated + slack) << "engine " << held << " bytes, estimate-memory " << estimated;
+    estimate_test::expect_within_estimate(held, estimated, slack, out);
     EXPECT_GE(estimated, 18u * static_cast<uint64_t>(total / k) - 18u);
   }
 }
@@ -207,26 +202,13 @@ TEST(Mics, HierarchicalGatherIsBitwiseTheOneStepGather) {
   unsetenv("DSRT_RANKS_PER_NODE");
 }
 
-// One folder for all ranks (named after rank 0's pid), emptied by rank 0.
-std::string shared_dir(const std::string &name) {
-  uint64_t pid = static_cast<uint64_t>(::getpid());
-  EXPECT_TRUE(g_world->broadcast_bytes(&pid, sizeof pid, 0).ok());
-  const std::string dir = std::string(DSRT_BINARY_DIR) + "/ckpt_scratch/mpi_" + name + "_" + std::to_string(pid);
-  if (g_world->rank() == 0) {
-    EXPECT_TRUE(remove_tree(dir).ok());
-    EXPECT_TRUE(make_directories(dir).ok());
-  }
-  EXPECT_TRUE(g_world->barrier().ok());
-  return dir;
-}
-
 TEST(Mics, CheckpointsResumeBitwiseAndReshard) {
   const int world = g_world->size();
   const int k = world / 2;
   for (int saved : {k, -1})
     for (int loaded : {k, -1, 0}) {  // 0: plain ZeRO-3 on a world of the shard size (each group alone)
       SCOPED_TRACE("saved with mics_shard_size " + std::to_string(saved) + ", loaded with " + std::to_string(loaded));
-      const std::string dir = shared_dir("mics");
+      const std::string dir = mpi_test::shared_dir(*g_world, "mics");
       auto a = make_engine(config(saved), g_world);
       train_steps(*a, 2);
       Status s = save_checkpoint(*a, dir, "");
@@ -258,10 +240,7 @@ TEST(Mics, CheckpointsResumeBitwiseAndReshard) {
         if (saved == loaded) { EXPECT_TRUE(bitwise_equal(partition_bytes(*a), partition_bytes(*b))); }
         EXPECT_EQ(a->counters().global_step, b->counters().global_step);
       }
-      EXPECT_TRUE(g_world->barrier().ok());
-      if (g_world->rank() == 0) {
-        EXPECT_TRUE(remove_tree(dir).ok());
-      }
+      mpi_test::remove_shared_dir(*g_world, dir);
     }
 }
 

@@ -4,12 +4,17 @@
 // and skips are bitwise those of the in-memory engine, with gradient accumulation, fp16 with an
 // overflow on one rank only (every rank skips), and clipping; on the CPU route and on the GPU
 // engine's staged route (forced on the CPU device: device accumulator -> swap files at the boundary).
+// A gradient swap write that fails on one rank fails the boundary step on every rank, agreed.
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cmath>
 #include <limits>
 
 #include "../cpp/offload_test_util.h"
+#include "aio/aio_testing.h"
+#include "ckpt/ckpt.h"
+#include "mpi_scratch_dir.h"
 #include "mpi_test_main.h"
 
 namespace dsrt {
@@ -21,24 +26,28 @@ std::shared_ptr<Comm> g_world;
 
 const std::vector<std::vector<int64_t>> kShapes = {{7}, {1000}, {33, 65}, {3000}, {5}, {1, 1}, {129}};
 
+// One micro-step's rank-dependent gradients; an inf on the last rank only when poison.
+Status micro_step(Engine &e, uint32_t seed, bool poison) {
+  for (size_t t = e.num_tensors(); t-- > 0;) {
+    DSRT_RETURN_IF_ERROR(e.acquire(t, nullptr, nullptr));
+    std::vector<float> g = gaussian(seed * 7919u + static_cast<uint32_t>(e.rank()) * 131u + static_cast<uint32_t>(t),
+                                    static_cast<size_t>(e.tensor_numel(t)), 0.1f);
+    if (poison && t == 3 && e.rank() == g_world->size() - 1) g[17] = std::numeric_limits<float>::infinity();
+    DSRT_RETURN_IF_ERROR(testing_util::update_grad(e, t, [&g](void *buffer, dsrt_dtype dtype) {
+      for (size_t i = 0; i < g.size(); ++i) from_float(buffer, dtype, i, g[i]);
+    }));
+    DSRT_RETURN_IF_ERROR(e.grad_ready(t));
+    DSRT_RETURN_IF_ERROR(e.release(t));
+  }
+  return Status::Ok();
+}
+
 // Rank-dependent gradients; an inf on the last rank only at boundary 2 when poison.
 void run(Engine &e, int steps, int gas, bool poison, std::vector<dsrt_step_result> *out) {
   for (int s = 0; s < steps; ++s) {
     for (int m = 0; m < gas; ++m) {
-      const uint32_t seed = static_cast<uint32_t>(1 + s * gas + m);
-      for (size_t t = e.num_tensors(); t-- > 0;) {
-        ASSERT_TRUE(e.acquire(t, nullptr, nullptr).ok());
-        std::vector<float> g = gaussian(seed * 7919u + static_cast<uint32_t>(e.rank()) * 131u + static_cast<uint32_t>(t),
-                                        static_cast<size_t>(e.tensor_numel(t)), 0.1f);
-        if (poison && s == 2 && m == gas - 1 && t == 3 && e.rank() == g_world->size() - 1)
-          g[17] = std::numeric_limits<float>::infinity();
-        const Status written = testing_util::update_grad(e, t, [&g](void *buffer, dsrt_dtype dtype) {
-          for (size_t i = 0; i < g.size(); ++i) from_float(buffer, dtype, i, g[i]);
-        });
-        ASSERT_TRUE(written.ok()) << written.message();
-        ASSERT_TRUE(e.grad_ready(t).ok());
-        ASSERT_TRUE(e.release(t).ok());
-      }
+      const Status backward = micro_step(e, static_cast<uint32_t>(1 + s * gas + m), poison && s == 2 && m == gas - 1);
+      ASSERT_TRUE(backward.ok()) << backward.message();
       dsrt_step_result r;
       std::memset(&r, 0, sizeof r);
       r.struct_size = sizeof r;
@@ -114,6 +123,81 @@ TEST(MpiNvmeGrads, BitwiseTheInMemoryEngine) {
     EXPECT_EQ(offloaded->last_nvme_norm_pass().bytes_read, mem.gradients[DSRT_LOC_NVME]);
     offloaded.reset();
     ASSERT_TRUE(g_world->barrier().ok());
+  }
+}
+
+// A gradient write-back that fails with ENOSPC on the last rank only, during backward (CPU route)
+// or at the boundary (staged route): backward and the first micro-step's step() go on on every
+// rank, and the boundary step returns DSRT_ERR_IO on every rank -- the failing rank's message names
+// its swap file and the errno, the others' name that rank and quote it -- instead of the others
+// waiting in a collective the failing rank never joins. No rank applied the step: a checkpoint
+// saved then loads, and the engine, the loaded engine and one that never saw the window go on
+// bitwise alike.
+TEST(MpiNvmeGrads, FailedWriteOnOneRankFailsTheStepOnEveryRank) {
+  const int failing = g_world->size() - 1;
+  for (const bool staged : {false, true}) {
+    SCOPED_TRACE(Format("staged %d", staged));
+    TempFolder swap_failing, swap_clean, swap_loaded;
+    TrainConfig config = base_config(3);
+    config.gradient_accumulation_steps = 2;
+    auto make = [&config, staged](const std::string &swap, std::unique_ptr<Engine> *out, bool init) {
+      TrainConfig c = config;
+      set_nvme(&c, swap, 700, 2, true);
+      return make_engine(c, g_world, kShapes, out, init, [staged](Engine &e) { return e.set_host_staging_on_cpu(staged); });
+    };
+    std::unique_ptr<Engine> failed, clean, loaded;
+    Status s = make(swap_failing.path, &failed, true);
+    ASSERT_TRUE(s.ok()) << s.message();
+    if (failed->device().type() != DSRT_DEVICE_CPU && !staged) continue;  // a GPU engine always stages
+    ASSERT_TRUE(make(swap_clean.path, &clean, true).ok());
+    std::vector<dsrt_step_result> before;
+    run(*failed, 1, 2, false, &before);
+    run(*clean, 1, 2, false, &before);
+
+    if (g_world->rank() == failing) aio_testing_fail_request(failed->nvme_swapper()->aio(), 1, ENOSPC);
+    for (int m = 0; m < 2; ++m) {
+      const Status backward = micro_step(*failed, static_cast<uint32_t>(50 + m), false);
+      ASSERT_TRUE(backward.ok()) << backward.message();  // the failure waits for the boundary
+      s = failed->step(nullptr);
+      if (m == 0) {
+        ASSERT_TRUE(s.ok()) << s.message();
+      }
+    }
+    ASSERT_EQ(s.code(), DSRT_ERR_IO) << s.message();
+    EXPECT_NE(s.message().find(".grad."), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(".swp"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("No space left on device"), std::string::npos) << s.message();
+    if (g_world->rank() == failing) {
+      EXPECT_NE(s.message().find(swap_failing.path), std::string::npos) << s.message();
+    } else {
+      EXPECT_NE(s.message().find(Format("rank %d failed", failing)), std::string::npos) << s.message();
+    }
+    EXPECT_EQ(failed->counters().applied_steps, clean->counters().applied_steps);
+    EXPECT_EQ(failed->counters().global_step, clean->counters().global_step);
+
+    const std::string dir = mpi_test::shared_dir(*g_world, "nvme_grads_failure");
+    s = save_checkpoint(*failed, dir, "");
+    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_TRUE(make(swap_loaded.path, &loaded, false).ok());
+    s = load_checkpoint(*loaded, dir, "");
+    ASSERT_TRUE(s.ok()) << s.message();
+    std::vector<dsrt_step_result> want, got, got_loaded;
+    run(*clean, 2, 2, false, &want);
+    run(*failed, 2, 2, false, &got);
+    run(*loaded, 2, 2, false, &got_loaded);
+    ASSERT_EQ(want.size(), 2u);
+    ASSERT_EQ(got.size(), 2u);
+    ASSERT_EQ(got_loaded.size(), 2u);
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(std::memcmp(&want[i].grad_norm, &got[i].grad_norm, sizeof(double)), 0) << "step " << i;
+      EXPECT_EQ(std::memcmp(&want[i].grad_norm, &got_loaded[i].grad_norm, sizeof(double)), 0) << "step " << i;
+      EXPECT_EQ(want[i].global_step, got[i].global_step) << "step " << i;
+      EXPECT_EQ(want[i].global_step, got_loaded[i].global_step) << "step " << i;
+    }
+    const auto weights = read_all(*clean);
+    expect_bitwise_equal(weights, read_all(*failed));
+    expect_bitwise_equal(weights, read_all(*loaded));
+    mpi_test::remove_shared_dir(*g_world, dir);
   }
 }
 

@@ -5,7 +5,6 @@
 // interrupted; the 16-bit model streamed from the swap files is byte for byte the in-memory
 // engine's. Parameter shards are split between host memory and NVMe by max_in_cpu.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -14,7 +13,7 @@
 
 #include "../cpp/offload_test_util.h"
 #include "ckpt/ckpt.h"
-#include "ckpt/file_io.h"
+#include "mpi_scratch_dir.h"
 #include "mpi_test_main.h"
 
 namespace dsrt {
@@ -25,26 +24,6 @@ using namespace offload_test;
 std::shared_ptr<Comm> g_world;
 
 const std::vector<std::vector<int64_t>> kShapes = {{7}, {1000}, {33, 65}, {3000}, {5}, {129}};
-
-// One folder for all ranks (named after rank 0's pid), made and emptied by rank 0.
-std::string shared_dir(const std::string &name) {
-  uint64_t pid = static_cast<uint64_t>(::getpid());
-  EXPECT_TRUE(g_world->broadcast_bytes(&pid, sizeof pid, 0).ok());
-  const std::string dir = std::string(DSRT_BINARY_DIR) + "/ckpt_scratch/mpi_" + name + "_" + std::to_string(pid);
-  if (g_world->rank() == 0) {
-    EXPECT_TRUE(remove_tree(dir).ok());
-    EXPECT_TRUE(make_directories(dir).ok());
-  }
-  EXPECT_TRUE(g_world->barrier().ok());
-  return dir;
-}
-
-void cleanup(const std::string &dir) {
-  EXPECT_TRUE(g_world->barrier().ok());
-  if (g_world->rank() == 0) {
-    EXPECT_TRUE(remove_tree(dir).ok());
-  }
-}
 
 TrainConfig both_on_nvme(const std::string &swap, int64_t max_in_cpu) {
   TrainConfig c = base_config(3);
@@ -69,7 +48,7 @@ TEST(MpiOffloadCkpt, SaveLoadWithOptimizerAndParamsOnNvmeResumesBitwise) {
   // max_in_cpu 0: every shard on NVMe; 600: the first shard (500 elements per rank) in memory.
   for (int64_t max_in_cpu : {int64_t{0}, int64_t{600}}) {
     SCOPED_TRACE(Format("max_in_cpu %lld", static_cast<long long>(max_in_cpu)));
-    const std::string dir = shared_dir("offload_ckpt");
+    const std::string dir = mpi_test::shared_dir(*g_world, "offload_ckpt");
     TempFolder swap_a, swap_b;
     std::unique_ptr<Engine> a, b;
     Status s = make_engine(both_on_nvme(swap_a.path, max_in_cpu), g_world, kShapes, &a);
@@ -94,12 +73,12 @@ TEST(MpiOffloadCkpt, SaveLoadWithOptimizerAndParamsOnNvmeResumesBitwise) {
     EXPECT_GT(b->param_coordinator()->swap_in_stats().read_hits, 0);
     a.reset();
     b.reset();
-    cleanup(dir);
+    mpi_test::remove_shared_dir(*g_world, dir);
   }
 }
 
 TEST(MpiOffloadCkpt, SixteenBitModelFromNvmeMatchesInMemory) {
-  const std::string dir = shared_dir("offload_model16");
+  const std::string dir = mpi_test::shared_dir(*g_world, "offload_model16");
   TempFolder swap;
   TrainConfig reference_config = base_config(3);
   reference_config.bf16_enabled = true;
@@ -120,7 +99,7 @@ TEST(MpiOffloadCkpt, SixteenBitModelFromNvmeMatchesInMemory) {
     EXPECT_TRUE(ra == rb) << "the 16-bit model files differ";
   }
   e.reset();
-  cleanup(dir);
+  mpi_test::remove_shared_dir(*g_world, dir);
 }
 
 }  // namespace

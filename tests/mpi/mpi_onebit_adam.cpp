@@ -14,12 +14,11 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
 #include "../cpp/engine_test_util.h"
 #include "ckpt/ckpt.h"
-#include "ckpt/file_io.h"
+#include "mpi_scratch_dir.h"
 #include "mpi_test_main.h"
+#include "onebit_engine_util.h"
 #include "onebit_reference.h"
 #include "optim/onebit_adam.h"
 #include "zero/compressed_allreduce.h"
@@ -119,7 +118,7 @@ TEST(OneBitAdam, CompressedAllReduceOnTheCurrentDevice) {
 #endif
 
 // The engine case: tensors of 5 and 3 elements, freeze_step 2.
-const std::vector<int64_t> kSizes = {5, 3};
+using onebit_test::kSizes;
 constexpr int kFreeze = 2;
 
 TrainConfig onebit_config() {
@@ -143,39 +142,10 @@ std::vector<double> init_values() { return gaussian(7, 8, 0.5); }
 std::vector<double> grad_of(int step, int r) { return gaussian(5000u + 100u * step + r, 8, 1.0); }
 
 std::unique_ptr<Engine> make_engine(const TrainConfig &config) {
-  std::unique_ptr<Engine> e;
-  Status s = Engine::create(config, g_world, &e);
-  EXPECT_TRUE(s.ok()) << s.message();
-  if (!e) return e;
-  const std::vector<double> init = init_values();
-  int64_t at = 0;
-  for (size_t t = 0; t < kSizes.size(); ++t) {
-    std::vector<float> values(init.begin() + at, init.begin() + at + kSizes[t]);
-    s = e->add_param("w" + std::to_string(t), &kSizes[t], 1, values.data(), nullptr);
-    EXPECT_TRUE(s.ok()) << s.message();
-    at += kSizes[t];
-  }
-  s = e->build();
-  EXPECT_TRUE(s.ok()) << s.message();
-  return e;
+  return onebit_test::make_engine(g_world, config, init_values());
 }
 
-void run_step(Engine &e, int step) {
-  const std::vector<double> g = grad_of(step, g_world->rank());
-  int64_t at = 0;
-  for (size_t t = 0; t < kSizes.size(); ++t) {
-    ASSERT_TRUE(testing_util::update_grad(e, t, [&](void *buffer, dsrt_dtype dtype) {
-                  for (int64_t i = 0; i < kSizes[t]; ++i) from_float(buffer, dtype, static_cast<size_t>(i), static_cast<float>(g[at + i]));
-                }).ok());
-    ASSERT_TRUE(e.grad_ready(t).ok());
-    at += kSizes[t];
-  }
-  dsrt_step_result result{};
-  result.struct_size = sizeof result;
-  Status s = e.step(&result);
-  ASSERT_TRUE(s.ok()) << s.message();
-  ASSERT_EQ(result.overflow, 0);
-}
+void run_step(Engine &e, int step) { onebit_test::run_step(e, grad_of(step, g_world->rank())); }
 
 // The float64 reference of OnebitAdam over `steps` boundaries on all ranks.
 struct RefOneBit {
@@ -248,15 +218,8 @@ TEST(OneBitAdam, EngineMatchesDeepSpeedAlgorithm) {
   }
 }
 
-std::string scratch_dir() {
-  std::string dir = std::string(DSRT_BINARY_DIR) + "/ckpt_scratch/mpi_onebit";
-  uint64_t pid = static_cast<uint64_t>(getpid());
-  EXPECT_TRUE(g_world->broadcast_bytes(&pid, sizeof pid, 0).ok());
-  return dir + "_" + std::to_string(pid);
-}
-
 TEST(OneBitAdam, CheckpointRestoresStatesAndRestartsErrors) {
-  const std::string dir = scratch_dir();
+  const std::string dir = mpi_test::shared_dir(*g_world, "onebit");
   std::unique_ptr<Engine> a = make_engine(onebit_config());
   ASSERT_TRUE(a);
   for (int s = 1; s <= kFreeze + 2; ++s) run_step(*a, s);
@@ -291,8 +254,7 @@ TEST(OneBitAdam, CheckpointRestoresStatesAndRestartsErrors) {
   ASSERT_TRUE(testing_util::read_partition_states(*a, &sa).ok());
   ASSERT_TRUE(testing_util::read_partition_states(*b, &sb).ok());
   for (size_t k = 0; k < sa.size(); ++k) EXPECT_EQ(sa[k], sb[k]) << "state " << k << " after resuming";
-  ASSERT_TRUE(g_world->barrier().ok());
-  if (g_world->rank() == 0) EXPECT_TRUE(remove_tree(dir).ok());
+  mpi_test::remove_shared_dir(*g_world, dir);
 }
 
 // Bytes on the wire per step, warm-up against compression, on a 100k-element model.

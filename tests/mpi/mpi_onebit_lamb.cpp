@@ -16,8 +16,9 @@
 
 #include "../cpp/engine_test_util.h"
 #include "ckpt/ckpt.h"
-#include "ckpt/file_io.h"
+#include "mpi_scratch_dir.h"
 #include "mpi_test_main.h"
+#include "onebit_engine_util.h"
 #include "onebit_reference.h"
 #include "zero/compressed_allreduce.h"
 
@@ -26,7 +27,7 @@ namespace {
 
 std::shared_ptr<Comm> g_world;
 
-const std::vector<int64_t> kSizes = {5, 3};
+using onebit_test::kSizes;
 constexpr int kFreeze = 3;
 constexpr double kLr = 0.01, kB1 = 0.9, kB2 = 0.999, kEps = 1e-8, kWd = 0.01;
 constexpr double kCoeffBeta = 0.9, kFactorMax = 4.0, kFactorMin = 0.5, kThreshold = 0.1;
@@ -66,40 +67,10 @@ std::vector<const char *> devices() {
 }
 
 std::unique_ptr<Engine> make_engine(const TrainConfig &config, const char *device = "cpu") {
-  std::unique_ptr<Engine> e;
-  Status s = Engine::create(config, g_world, &e, device);
-  EXPECT_TRUE(s.ok()) << s.message();
-  if (!e) return e;
-  const std::vector<double> init = init_values();
-  int64_t at = 0;
-  for (size_t t = 0; t < kSizes.size(); ++t) {
-    std::vector<float> values(init.begin() + at, init.begin() + at + kSizes[t]);
-    s = e->add_param("w" + std::to_string(t), &kSizes[t], 1, values.data(), nullptr);
-    EXPECT_TRUE(s.ok()) << s.message();
-    at += kSizes[t];
-  }
-  s = e->build();
-  EXPECT_TRUE(s.ok()) << s.message();
-  return e;
+  return onebit_test::make_engine(g_world, config, init_values(), device);
 }
 
-void run_step(Engine &e, int step) {
-  const std::vector<double> g = grad_of(step, g_world->rank());
-  int64_t at = 0;
-  for (size_t t = 0; t < kSizes.size(); ++t) {
-    ASSERT_TRUE(testing_util::update_grad(e, t, [&](void *buffer, dsrt_dtype dtype) {
-                  for (int64_t i = 0; i < kSizes[t]; ++i)
-                    from_float(buffer, dtype, static_cast<size_t>(i), static_cast<float>(g[at + i]));
-                }).ok());
-    ASSERT_TRUE(e.grad_ready(t).ok());
-    at += kSizes[t];
-  }
-  dsrt_step_result result{};
-  result.struct_size = sizeof result;
-  Status s = e.step(&result);
-  ASSERT_TRUE(s.ok()) << s.message();
-  ASSERT_EQ(result.overflow, 0);
-}
+void run_step(Engine &e, int step) { onebit_test::run_step(e, grad_of(step, g_world->rank())); }
 
 double norm(const std::vector<double> &x, size_t lo, size_t hi) {
   double sq = 0;
@@ -243,13 +214,6 @@ TEST(OneBitLamb, EngineMatchesDeepSpeedAlgorithm) {
   }
 }
 
-std::string scratch_dir() {
-  std::string dir = std::string(DSRT_BINARY_DIR) + "/ckpt_scratch/mpi_onebit_lamb";
-  uint64_t pid = static_cast<uint64_t>(getpid());
-  EXPECT_TRUE(g_world->broadcast_bytes(&pid, sizeof pid, 0).ok());
-  return dir + "_" + std::to_string(pid);
-}
-
 void expect_same(Engine &a, Engine &b, const char *when) {
   std::vector<std::vector<float>> sa, sb;
   ASSERT_TRUE(testing_util::read_partition_states(a, &sa).ok());
@@ -286,7 +250,7 @@ TEST(OneBitLamb, CheckpointResumesBitwise) {
   for (const char *device : devices())
   for (int saved_at : {kFreeze - 1, kFreeze + 2}) {
     SCOPED_TRACE(std::string("device ") + device + ", saved after step " + std::to_string(saved_at));
-    const std::string dir = scratch_dir();
+    const std::string dir = mpi_test::shared_dir(*g_world, "onebit_lamb");
     std::unique_ptr<Engine> a = make_engine(lamb_config(), device);
     ASSERT_TRUE(a);
     for (int s = 1; s <= saved_at; ++s) run_step(*a, s);
@@ -303,10 +267,7 @@ TEST(OneBitLamb, CheckpointResumesBitwise) {
       run_step(*b, s);
     }
     expect_same(*a, *b, "after resuming");
-    ASSERT_TRUE(g_world->barrier().ok());
-    if (g_world->rank() == 0) {
-      EXPECT_TRUE(remove_tree(dir).ok());
-    }
+    mpi_test::remove_shared_dir(*g_world, dir);
   }
 }
 
@@ -314,7 +275,7 @@ TEST(OneBitLamb, CheckpointResumesBitwise) {
 // per-tensor scalars come back, the errors restart at zero (DeepSpeed drops them on every load).
 TEST(OneBitLamb, CheckpointFromAnotherWorldSizeRestartsTheErrors) {
   if (g_world->size() == 1) GTEST_SKIP() << "needs more than one rank";
-  const std::string dir = scratch_dir();
+  const std::string dir = mpi_test::shared_dir(*g_world, "onebit_lamb");
   std::unique_ptr<Engine> a = make_engine(lamb_config());
   ASSERT_TRUE(a);
   for (int s = 1; s <= kFreeze + 2; ++s) run_step(*a, s);
@@ -338,10 +299,7 @@ TEST(OneBitLamb, CheckpointFromAnotherWorldSizeRestartsTheErrors) {
   }
   EXPECT_EQ(b->onebit_lamb_state().fresh, a->onebit_lamb_state().fresh);
   EXPECT_TRUE(b->onebit_lamb_state().scaled);
-  ASSERT_TRUE(g_world->barrier().ok());
-  if (g_world->rank() == 0) {
-    EXPECT_TRUE(remove_tree(dir).ok());
-  }
+  mpi_test::remove_shared_dir(*g_world, dir);
 }
 
 // DeepSpeed fuses every group's momentum into one compressed vector: with the second tensor in a

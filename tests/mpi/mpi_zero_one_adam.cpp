@@ -16,12 +16,11 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
 #include "../cpp/engine_test_util.h"
 #include "ckpt/ckpt.h"
-#include "ckpt/file_io.h"
+#include "mpi_scratch_dir.h"
 #include "mpi_test_main.h"
+#include "onebit_engine_util.h"
 #include "onebit_reference.h"
 #include "zero/compressed_allreduce.h"
 
@@ -30,7 +29,7 @@ namespace {
 
 std::shared_ptr<Comm> g_world;
 
-const std::vector<int64_t> kSizes = {5, 3};
+using onebit_test::kSizes;
 constexpr size_t kN = 8;
 constexpr int kVarFreeze = 6, kVarScaler = 2, kLocalScaler = 2, kLocalClipper = 4;
 constexpr double kLr = 0.01, kB1 = 0.9, kB2 = 0.999, kEps = 1e-8, kWd = 0.01;
@@ -58,40 +57,10 @@ std::vector<double> init_values() { return gaussian(17, kN, 0.5); }
 std::vector<double> grad_of(int step, int r) { return gaussian(7000u + 100u * step + r, kN, 1.0); }
 
 std::unique_ptr<Engine> make_engine(const TrainConfig &config) {
-  std::unique_ptr<Engine> e;
-  Status s = Engine::create(config, g_world, &e);
-  EXPECT_TRUE(s.ok()) << s.message();
-  if (!e) return e;
-  const std::vector<double> init = init_values();
-  int64_t at = 0;
-  for (size_t t = 0; t < kSizes.size(); ++t) {
-    std::vector<float> values(init.begin() + at, init.begin() + at + kSizes[t]);
-    s = e->add_param("w" + std::to_string(t), &kSizes[t], 1, values.data(), nullptr);
-    EXPECT_TRUE(s.ok()) << s.message();
-    at += kSizes[t];
-  }
-  s = e->build();
-  EXPECT_TRUE(s.ok()) << s.message();
-  return e;
+  return onebit_test::make_engine(g_world, config, init_values());
 }
 
-void run_step(Engine &e, int step) {
-  const std::vector<double> g = grad_of(step, g_world->rank());
-  int64_t at = 0;
-  for (size_t t = 0; t < kSizes.size(); ++t) {
-    ASSERT_TRUE(testing_util::update_grad(e, t, [&](void *buffer, dsrt_dtype dtype) {
-                  for (int64_t i = 0; i < kSizes[t]; ++i)
-                    from_float(buffer, dtype, static_cast<size_t>(i), static_cast<float>(g[at + i]));
-                }).ok());
-    ASSERT_TRUE(e.grad_ready(t).ok());
-    at += kSizes[t];
-  }
-  dsrt_step_result result{};
-  result.struct_size = sizeof result;
-  Status s = e.step(&result);
-  ASSERT_TRUE(s.ok()) << s.message();
-  ASSERT_EQ(result.overflow, 0);
-}
+void run_step(Engine &e, int step) { onebit_test::run_step(e, grad_of(step, g_world->rank())); }
 
 // p, m, v of this rank in tensor order.
 void read_pmv(Engine &e, std::vector<float> *p, std::vector<float> *m, std::vector<float> *v) {
@@ -256,16 +225,9 @@ TEST(ZeroOneAdam, EngineMatchesDeepSpeedAlgorithm) {
   EXPECT_EQ(e->zero_one_policy().local_interval, kLocalClipper);
 }
 
-std::string scratch_dir() {
-  std::string dir = std::string(DSRT_BINARY_DIR) + "/ckpt_scratch/mpi_zero_one";
-  uint64_t pid = static_cast<uint64_t>(getpid());
-  EXPECT_TRUE(g_world->broadcast_bytes(&pid, sizeof pid, 0).ok());
-  return dir + "_" + std::to_string(pid);
-}
-
 TEST(ZeroOneAdam, CheckpointRestoresRankZeroAndRestartsThePolicy) {
   const int world = g_world->size(), rank = g_world->rank();
-  const std::string dir = scratch_dir();
+  const std::string dir = mpi_test::shared_dir(*g_world, "zero_one");
   constexpr int kSaveAt = 11;  // a local step: u is not zero, the ranks' parameters differ
   std::unique_ptr<Engine> a = make_engine(zero_one_config());
   ASSERT_TRUE(a);
@@ -315,8 +277,7 @@ TEST(ZeroOneAdam, CheckpointRestoresRankZeroAndRestartsThePolicy) {
     ref.step(s);
     expect_matches(*b, ref, rank);
   }
-  ASSERT_TRUE(g_world->barrier().ok());
-  if (rank == 0) EXPECT_TRUE(remove_tree(dir).ok());
+  mpi_test::remove_shared_dir(*g_world, dir);
 }
 
 // Bytes on the wire per kind of step on a 100k-element model.
