@@ -26,16 +26,18 @@ inline void store_elems(void *base, size_t i, Vec x) {
 
 constexpr size_t elem_size(int dtype) { return dtype == DSRT_F32 ? 4 : 2; }
 
-// A 16-bit working copy is written and not read again by the CPU (it goes to the GPU or to disk),
-// so over large ranges it is stored non-temporally: a regular store would first read each line
-// for ownership, 2 extra bytes of traffic per parameter on top of the update's 30.
+// The working copy is written and not read again by this pass (a 16-bit one goes to the GPU or to
+// disk; an fp32 one on the CPU device is read by the next forward, long after a pass over a large
+// range has left the cache), so over large ranges it is stored non-temporally: a regular store
+// would first read each line for ownership: 2 (16-bit) or 4 (fp32) extra bytes of traffic per
+// parameter on top of the 28 the update moves (gradient, master and two states) and the copy's own.
 constexpr size_t kStreamMinElements = 1 << 14;
 
 template <int D>
 inline void store_elems_stream(void *base, size_t i, Vec x) {
   if constexpr (D == DSRT_F16) x.store_f16_stream(static_cast<uint16_t *>(base) + i);
   else if constexpr (D == DSRT_BF16) x.store_bf16_stream(static_cast<uint16_t *>(base) + i);
-  else x.store(static_cast<float *>(base) + i);
+  else x.store_stream(static_cast<float *>(base) + i);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -146,6 +148,9 @@ void step_loop(const StepArgs &a, size_t begin, size_t end, double *sums) {
   if constexpr (Body::kWritesMaster && (WK == DSRT_F16 || WK == DSRT_BF16)) {
     const uintptr_t at = reinterpret_cast<uintptr_t>(static_cast<uint16_t *>(a.working) + begin);
     stream = end - begin >= kStreamMinElements && at % Vec::kStreamAlign == 0;
+  } else if constexpr (Body::kWritesMaster && WK == DSRT_F32) {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(static_cast<float *>(a.working) + begin);
+    stream = end - begin >= kStreamMinElements && at % Vec::kStreamAlignF32 == 0;
   }
   size_t i = begin;
   for (; i + W <= end; i += W) {

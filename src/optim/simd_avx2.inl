@@ -34,6 +34,9 @@ struct Vec {
   void store_f16_stream(uint16_t *p) const { _mm_stream_si128(reinterpret_cast<__m128i *>(p), to_f16_bits()); }
   void store_bf16_stream(uint16_t *p) const { _mm_stream_si128(reinterpret_cast<__m128i *>(p), to_bf16_bits()); }
   static constexpr size_t kStreamAlign = 16;
+  // fp32 non-temporal: p must be kStreamAlignF32-aligned.
+  void store_stream(float *p) const { _mm256_stream_ps(p, v); }
+  static constexpr size_t kStreamAlignF32 = 32;
   static void store_fence() { _mm_sfence(); }
 
   __m128i to_f16_bits() const {

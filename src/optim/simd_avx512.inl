@@ -51,6 +51,9 @@ struct Vec {
   void store_f16_stream(uint16_t *p) const { _mm256_stream_si256(reinterpret_cast<__m256i *>(p), to_f16_bits()); }
   void store_bf16_stream(uint16_t *p) const { _mm256_stream_si256(reinterpret_cast<__m256i *>(p), to_bf16_bits()); }
   static constexpr size_t kStreamAlign = 32;
+  // fp32 non-temporal: p must be kStreamAlignF32-aligned.
+  void store_stream(float *p) const { _mm512_stream_ps(p, v); }
+  static constexpr size_t kStreamAlignF32 = 64;
   static void store_fence() { _mm_sfence(); }
 
   static Vec fmadd(Vec a, Vec b, Vec c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }

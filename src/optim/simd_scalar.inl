@@ -15,6 +15,8 @@ struct Vec {
   void store_f16_stream(uint16_t *p) const { store_f16(p); }
   void store_bf16_stream(uint16_t *p) const { store_bf16(p); }
   static constexpr size_t kStreamAlign = 1;
+  void store_stream(float *p) const { store(p); }
+  static constexpr size_t kStreamAlignF32 = 1;
   static void store_fence() {}
 
   // a * b + c; unfused here (a scalar build has no guaranteed FMA instruction).

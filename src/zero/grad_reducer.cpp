@@ -255,6 +255,11 @@ Status GradReducer::issue(size_t b) {
                                              ReduceOp::Sum, &op.handle)
                                .with_context(Format("all-reducing gradient bucket %zu", b)));
     }
+  } else if (world_ == 1 && !qgz_ && options_.replica_comm == nullptr && cdt == wdt && prescale == 1.0f) {
+    // Stage 3 on one rank: the reduction is the identity and the rearrangement a plain copy, so
+    // complete() accumulates each tensor straight from its slice of the bucket buffer.
+    op.in_place = true;
+    op.handle = std::make_unique<DoneRequest>();
   } else {
     // Stage 3: rank-major rearrangement, each tensor's block padded to its shard size.
     const ShardLayout &shards = part_->shard_layout();
@@ -343,6 +348,16 @@ Status GradReducer::complete(InFlight &op) {
     give_buffer(std::move(bucket.buffer));
   } else {
     const ShardLayout &shards = part_->shard_layout();
+    if (op.in_place) {
+      const char *src = static_cast<const char *>(bucket.buffer.data());
+      for (size_t t = bucket.first; t < bucket.last; ++t) {
+        const int64_t n = shards.owned_range(t, 0).size();
+        if (n == 0) continue;
+        DSRT_RETURN_IF_ERROR(accumulate_partition(
+            shards.shard_offset(t), src + bucket.offsets[t - bucket.first] * static_cast<int64_t>(csize), cdt, n));
+        finished.push_back({shards.shard_offset(t), shards.shard_offset(t) + n});
+      }
+    }
     const char *base = static_cast<const char *>(scattered || op.quantized ? op.recv.data() : op.send.data());
     // qgZ leaves the reduced block in fp32.
     const dsrt_dtype rdt = op.quantized ? DSRT_F32 : cdt;
@@ -358,7 +373,7 @@ Status GradReducer::complete(InFlight &op) {
                                                  static_cast<size_t>(block), rdt, ReduceOp::Sum)
                                .with_context(Format("all-reducing gradient bucket %zu across MiCS replicas", op.bucket)));
     }
-    for (size_t t = bucket.first; t < bucket.last; ++t) {
+    for (size_t t = bucket.first; t < bucket.last && !op.in_place; ++t) {
       const ElemRange owned = shards.owned_range(t, rank_);
       if (!owned.empty()) {
         DSRT_RETURN_IF_ERROR(
@@ -372,6 +387,7 @@ Status GradReducer::complete(InFlight &op) {
   DSRT_RETURN_IF_ERROR(backend_->synchronize());
   give_buffer(std::move(op.send));
   give_buffer(std::move(op.recv));
+  if (op.in_place) give_buffer(std::move(bucket.buffer));
   reduce_seconds_ += now_seconds() - start;
   if (last_micro_step())
     for (const ElemRange &range : finished) DSRT_RETURN_IF_ERROR(deliver_final(range.begin, range.size()));

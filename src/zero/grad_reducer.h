@@ -16,6 +16,10 @@
 // completes when its buffer is needed again or at the end of the micro-step. Each rank adds only
 // its partition's part into an fp32 gradient partition.
 //
+// Stage 3 on one rank (no MiCS replicas, no qgZ, comm dtype = working dtype, no prescale): the
+// reduction is the identity, so each tensor is accumulated straight from its bucket slice, with
+// no rearranged send buffer and no collective.
+//
 // Bucket buffers come from a small pool (two suffice when the host calls grad/grad_ready per
 // tensor as backward produces them); the pool grows, logged at debug level, when the host holds
 // more buffers at once.
@@ -159,6 +163,7 @@ class GradReducer {
     DeviceBuffer send;   // staged or rearranged copy (may be empty: the bucket buffer is sent)
     DeviceBuffer recv;   // this rank's reduced block (empty for all-reduce)
     bool quantized = false;  // qgZ: recv holds the reduced block in fp32
+    bool in_place = false;   // stage 3 on one rank: no collective, the bucket buffer is read in place
   };
 
   Status take_buffer(size_t bytes, DeviceBuffer *out);

@@ -364,6 +364,22 @@ TEST(OptimSteps, LongOddLengthThreaded) {
   ASSERT_TRUE(cpu_optimizer_set_isa(restore.c_str()).ok());
 }
 
+// An fp32 working copy over long ranges is stored non-temporally (kernels_body.inl): still exactly
+// the master, and the update still matches float64, on every ISA, whole and split into chunks.
+TEST(OptimSteps, LongFp32WorkingCopyIsTheMaster) {
+  const std::string restore = cpu_optimizer_isa();
+  uint64_t seed = 2000;
+  for (const Case &c : cases()) {
+    for (const std::string &isa : available_isas()) {
+      if (kSanitized && isa != restore) continue;
+      const size_t n = kSanitized ? 70001 : 300007;
+      std::string failure = run_case(c, isa, DSRT_F32, DSRT_F32, n, seed++);
+      EXPECT_EQ(failure, "") << c.name << " isa=" << isa << " n=" << n;
+    }
+  }
+  ASSERT_TRUE(cpu_optimizer_set_isa(restore.c_str()).ok());
+}
+
 TEST(OptimSteps, IsaChoiceIsReported) {
   const std::string isa = cpu_optimizer_isa();
   EXPECT_TRUE(isa == "avx512" || isa == "avx2" || isa == "scalar") << isa;
