@@ -90,7 +90,10 @@ Status Config::resolve(int world_size, TrainConfig *out) const {
   // A section's keys, in order: each field from the key prefix + name.
   using Field = std::variant<bool *, std::string *, double *, int *, int64_t *>;
   auto section = [&](const std::string &prefix, std::initializer_list<std::pair<const char *, Field>> keys) {
-    for (const auto &[name, field] : keys) std::visit([&](auto *f) { set(*f, prefix + name); }, field);
+    for (const auto &key : keys) {
+      const std::string path = prefix + key.first;  // not a structured binding: C++17 lambdas cannot capture one
+      std::visit([&](auto *f) { set(*f, path); }, key.second);
+    }
   };
   // Keys whose DeepSpeed default is null: if_null is what null means to the engine, not a default.
   auto num_or = [&](const std::string &path, double if_null) {
