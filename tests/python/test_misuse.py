@@ -131,3 +131,42 @@ def test_get_string_of_a_numeric_key_gives_its_text():
     assert config.get_string("optimizer.type") == "AdamW"
     with pytest.raises(dsrt.ConfigError):
         config.get_string("no_such_key")
+
+
+def test_a_shared_acquire_reuses_a_live_copy_only_while_the_shards_are_unchanged():
+    engine, a, b = stage3_engine()
+    kept = a.acquire().numpy()
+    a.release()
+    shared = a._acquire(True).numpy()  # the torch front's backward gather: the live copy is shared
+    assert np.shares_memory(kept, shared)
+    a.release()
+    del shared
+    values = np.arange(a.numel, dtype=np.float32).reshape(a.shape)
+    a.write_fp32(values)  # the shards changed: the live copy is stale and never shared again
+    fresh = a._acquire(True).numpy()
+    assert not np.shares_memory(kept, fresh)
+    np.testing.assert_array_equal(fresh, values)
+    a.release()
+    del kept, fresh
+    shared = b._acquire(True).numpy()  # no live copy of b: copied
+    b_values = shared.copy()
+    b.release()
+    del shared
+    with b as again:
+        np.testing.assert_array_equal(again.numpy(), b_values)
+    engine.close()
+
+
+def test_a_shared_acquire_always_copies_with_quantized_weights():
+    config = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+              "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
+                                    "zero_quantized_weights": True}}
+    engine = dsrt.Engine(config)
+    a = engine.add_param("a", init=np.random.default_rng(8).standard_normal((64, 8)).astype(np.float32))
+    engine.build()
+    kept = a.acquire().numpy()
+    a.release()
+    again = a._acquire(True).numpy()
+    assert not np.shares_memory(kept, again)
+    a.release()
+    engine.close()

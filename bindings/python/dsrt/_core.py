@@ -400,7 +400,7 @@ class _PrivateCopy:
     (and so by every array and tensor made from them): once the last of them is gone, nothing reads
     the buffer any more and it goes back to its pool."""
 
-    __slots__ = ("array", "_pool")
+    __slots__ = ("array", "_pool", "__weakref__")
 
     def __init__(self, array, pool):
         self.array = array
@@ -424,6 +424,10 @@ class Tensor:
         self._handle = handle
         self._held = 0  # acquires made through this object and not yet released
         self._private = None  # ZeRO-3 on the CPU: this bracket's own copy of the gathered tensor
+        # The last bracket's copy (a weak reference) and the engine's shard generation it was made
+        # at, for _acquire(share_last=True).
+        self._last = None
+        self._last_generation = -1
         self.name = capi.dsrt_tensor_name(handle)
         self.shape = capi.dsrt_py_tensor_shape(handle)
         self.numel = capi.dsrt_tensor_numel(handle)
@@ -440,15 +444,32 @@ class Tensor:
         by nested acquires): the engine reuses its gather buffers after release, and a NumPy array
         kept past release() must not alias the next tensor gathered there. Writes to it are not
         written back (as with DeepSpeed's gathered parameters; use write_fp32)."""
+        return self._acquire(False)
+
+    def _acquire(self, share_last):
+        """acquire(); share_last (the torch front): while a view of the previous bracket's copy is
+        still alive (autograd saved the forward's weight for the backward) and no build, step,
+        write_fp32 or checkpoint load may have changed the shards since, share that copy (the values
+        this gather returns, unless written through a view) instead of copying again. With ZeRO++
+        quantized weights it always copies: a qwZ gather (hpZ's inside the group) need not return
+        the forward's values bit for bit."""
         address, dtype = _check(capi.dsrt_tensor_acquire(self.handle))
         self._held += 1
         device = self._engine.device
         if not (self._engine._gathers and device[0] == capi.DSRT_DEVICE_CPU):
             return BufferView(address, dtype, self.shape, self._engine, device)
         if self._private is None:
-            private = self._engine._copies.take(self.numel * _DTYPE_SIZES[dtype])
-            ctypes.memmove(private.ctypes.data, address, private.size)
-            self._private = _PrivateCopy(private, self._engine._copies)
+            engine = self._engine
+            last = self._last() if self._last is not None else None
+            if (share_last and last is not None and self._last_generation == engine._generation
+                    and engine._share_copies):
+                self._private = last
+            else:
+                private = engine._copies.take(self.numel * _DTYPE_SIZES[dtype])
+                ctypes.memmove(private.ctypes.data, address, private.size)
+                self._private = _PrivateCopy(private, engine._copies)
+                self._last = weakref.ref(self._private)
+                self._last_generation = engine._generation
         view = BufferView(self._private.array.ctypes.data, dtype, self.shape, self._engine, device)
         view._private = self._private  # the copy lives as long as any view of it
         return view
@@ -504,6 +525,7 @@ class Tensor:
 
     def write_fp32(self, values):
         array = _float32_array(values, self.numel)
+        self._engine._generation += 1  # before the call: a failed write may have written some shards
         _check(capi.dsrt_tensor_write_fp32(self.handle, _address_of(array), array.size))
 
     def __repr__(self):
@@ -543,6 +565,11 @@ class Engine(_Handle):
         except ConfigError:
             self._gathers = True  # a stage not readable as a number: copy, which is safe at any stage
         self._copies = _CopyPool()  # Tensor.acquire's private copies, reused once no view is left
+        # Bumped by every call that may rewrite shards (build, step, write_fp32, load_checkpoint): a
+        # private copy made at an older generation is never shared by a later acquire (_acquire).
+        self._generation = 0
+        zero = config.to_dict().get("zero_optimization") or {}
+        self._share_copies = not (zero.get("zero_quantized_weights") or zero.get("zero_quantized_nontrainable_weights"))
         self.tensors = {}
         self._device = None
 
@@ -576,6 +603,7 @@ class Engine(_Handle):
         return self.add_param(name, shape, init, frozen=True)
 
     def build(self):
+        self._generation += 1
         _check(capi.dsrt_engine_build(self.handle))
 
     @property
@@ -585,6 +613,7 @@ class Engine(_Handle):
         return self._device
 
     def step(self):
+        self._generation += 1
         return StepResult(_check(capi.dsrt_engine_step(self.handle)))
 
     # -- parameter groups and host-driven hyperparameters --------------------------------------
@@ -666,6 +695,7 @@ class Engine(_Handle):
         _check(capi.dsrt_engine_save_checkpoint(self.handle, os.fspath(directory), tag))
 
     def load_checkpoint(self, directory, tag=None):
+        self._generation += 1
         _check(capi.dsrt_engine_load_checkpoint(self.handle, os.fspath(directory), tag))
 
     def save_16bit_model(self, path):

@@ -143,13 +143,15 @@ class Zero3Mixin:
     def _is_released(self, param):
         return id(param) in self._by_param and self._gathered.get(id(param), 0) == 0
 
-    def _acquire_param(self, param):
+    def _acquire_param(self, param, for_backward=False):
         tensor = self._by_param.get(id(param))
         if tensor is None or self.stage != 3:
             return  # below ZeRO-3 param.data is the working copy all along
         count = self._gathered.get(id(param), 0)
         if count == 0:
-            param.data = tensor.acquire().torch()
+            # The backward's gather shares the forward's copy while autograd still holds it (the
+            # same values: no step or write comes between; nothing writes a parameter there).
+            param.data = tensor._acquire(for_backward).torch()
         self._gathered[id(param)] = count + 1
 
     def _release_param(self, param):
@@ -191,7 +193,7 @@ class Zero3Mixin:
         for param in self._module_params(module):
             if for_backward and self._gathered.get(id(param), 0) > 0:
                 continue
-            self._acquire_param(param)
+            self._acquire_param(param, for_backward)
             if for_backward and not param.requires_grad and id(param) in self._by_param:
                 # A frozen parameter has no gradient hook to release it: the module's inputs do.
                 self._frozen_for_backward.setdefault(id(module), []).append(param)
