@@ -34,7 +34,9 @@ CASES = [
 
 
 def parameters(width):
-    return 3 * width * width + (IN + 2 + OUT) * width + OUT
+    # deepspeed_parity.bench_model: IN -> width -> width -> width -> OUT, i.e. two width x width
+    # layers plus the input and output layers, with biases.
+    return 2 * width * width + (IN + 3 + OUT) * width + OUT
 
 
 def load():

@@ -175,7 +175,7 @@ def rank():
 
 
 def bench_model(torch, width):
-    """scripts/deepspeed_bench.py's MLP: IN -> width -> width -> width -> OUT (3 * width^2 parameters and change)."""
+    """scripts/deepspeed_bench.py's MLP: IN -> width -> width -> width -> OUT (2 * width^2 parameters and change)."""
     return torch.nn.Sequential(torch.nn.Linear(IN, width), torch.nn.GELU(), torch.nn.Linear(width, width),
                                torch.nn.GELU(), torch.nn.Linear(width, width), torch.nn.GELU(),
                                torch.nn.Linear(width, OUT))
