@@ -2,7 +2,7 @@
 """Step time side by side, DeepSpeed and dsrt's PyTorch front (a bench, not a test): the whole step
 (forward, backward, step) and engine.step() alone, median over the steps after the first, each
 engine in its own processes through `deepspeed_parity.py run`, at stage 2 and 3, with and without
-CPU offload (stage 3's offload moves the parameters too), on an MLP of 3 * width^2 parameters and
+CPU offload (stage 3's offload moves the parameters too), on an MLP of 2 * width^2 parameters and
 change, at one or more widths and rank counts. The two engines alternate (which one goes first
 flips from one pair of runs to the next) and each figure is the median over the repetitions. Both engines get the
 same OMP_NUM_THREADS: --threads when given, else 1 per rank with several ranks and the default
