@@ -5,30 +5,16 @@
 #include <cmath>
 #include <cstring>
 
+#include "optim/onebit_host_slice.h"
+
 namespace dsrt {
 namespace {
-
-// Below this many elements a loop runs on the calling thread (thread start-up costs more).
-constexpr size_t kParallelMin = 1 << 15;
 
 Status check(const char *what, const OptimizerHyper &hyper, const OptimizerSlice &slice, bool needs_grad,
              float grad_scale) {
   if (hyper.type != OptimizerType::OneBitAdam && hyper.type != OptimizerType::ZeroOneAdam)
     return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: the hyper-parameters are not OneBitAdam's or ZeroOneAdam's", what);
-  if (slice.n == 0) return Status::Ok();
-  if (slice.master == nullptr || slice.state0 == nullptr || slice.state1 == nullptr)
-    return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: master, exp_avg (state0) and exp_avg_sq (state1) are required", what);
-  if (needs_grad && (slice.grad == nullptr || slice.grad_dtype != DSRT_F32))
-    return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: an fp32 gradient is required", what);
-  if (needs_grad && !std::isfinite(grad_scale))
-    return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: grad_scale is %g; skip the step on overflow instead", what,
-                 static_cast<double>(grad_scale));
-  if (!std::isfinite(hyper.lr)) return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: the learning rate is not finite", what);
-  return Status::Ok();
-}
-
-void write_working(const OptimizerSlice &slice) {
-  if (slice.working != nullptr) cpu_convert(slice.master, DSRT_F32, slice.working, slice.working_dtype, slice.n);
+  return check_onebit_slice(what, hyper, slice, needs_grad, grad_scale);
 }
 
 }  // namespace
@@ -40,7 +26,7 @@ Status onebit_adam_warmup_step(const OptimizerHyper &hyper, const OptimizerSlice
   const auto *g = static_cast<const float *>(slice.grad);
   float *p = slice.master, *m = slice.state0, *v = slice.state1;
   const int64_t n = static_cast<int64_t>(slice.n);
-#pragma omp parallel for schedule(static) if (slice.n >= kParallelMin)
+#pragma omp parallel for schedule(static) if (slice.n >= kOneBitParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i] * grad_scale;
     const float mi = b1 * m[i] + omb1 * gi;
@@ -50,7 +36,7 @@ Status onebit_adam_warmup_step(const OptimizerHyper &hyper, const OptimizerSlice
     const float update = mi / (std::sqrt(vi) + eps) + wd * p[i];
     p[i] -= lr * update;
   }
-  write_working(slice);
+  write_working_copy(slice);
   return Status::Ok();
 }
 
@@ -60,7 +46,7 @@ Status onebit_adam_momentum(const OptimizerHyper &hyper, const OptimizerSlice &s
   const auto *g = static_cast<const float *>(slice.grad);
   float *m = slice.state0;
   const int64_t n = static_cast<int64_t>(slice.n);
-#pragma omp parallel for schedule(static) if (slice.n >= kParallelMin)
+#pragma omp parallel for schedule(static) if (slice.n >= kOneBitParallelMin)
   for (int64_t i = 0; i < n; ++i) m[i] = b1 * m[i] + omb1 * (g[i] * grad_scale);
   return Status::Ok();
 }
@@ -71,19 +57,19 @@ Status onebit_adam_apply(const OptimizerHyper &hyper, const OptimizerSlice &slic
   float *p = slice.master;
   const float *m = slice.state0, *v = slice.state1;
   const int64_t n = static_cast<int64_t>(slice.n);
-#pragma omp parallel for schedule(static) if (slice.n >= kParallelMin)
+#pragma omp parallel for schedule(static) if (slice.n >= kOneBitParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float update = m[i] / (std::sqrt(v[i]) + eps) + wd * p[i];
     p[i] -= lr * update;
   }
-  write_working(slice);
+  write_working_copy(slice);
   return Status::Ok();
 }
 
 double onebit_compress(float *x, float *error, size_t n, uint8_t *packed_signs) {
   const int64_t bytes = static_cast<int64_t>(n / 8);
   double sum_sq = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : sum_sq) if (n >= kParallelMin)
+#pragma omp parallel for schedule(static) reduction(+ : sum_sq) if (n >= kOneBitParallelMin)
   for (int64_t k = 0; k < bytes; ++k) {
     double local = 0.0;
     for (int j = 0; j < 8; ++j) {
@@ -96,7 +82,7 @@ double onebit_compress(float *x, float *error, size_t n, uint8_t *packed_signs) 
   }
   const double scale = n > 0 ? std::sqrt(sum_sq) / std::sqrt(static_cast<double>(n)) : 0.0;
   const float s = static_cast<float>(scale);
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for schedule(static) if (n >= kOneBitParallelMin)
   for (int64_t k = 0; k < bytes; ++k) {
     uint8_t byte = 0;
     for (int j = 0; j < 8; ++j) {
@@ -112,7 +98,7 @@ double onebit_compress(float *x, float *error, size_t n, uint8_t *packed_signs) 
 
 void onebit_decompress(const uint8_t *packed_signs, float scale, size_t n, float *out, bool accumulate) {
   const int64_t bytes = static_cast<int64_t>(n / 8);
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for schedule(static) if (n >= kOneBitParallelMin)
   for (int64_t k = 0; k < bytes; ++k) {
     const uint8_t byte = packed_signs[k];
     for (int j = 0; j < 8; ++j) {

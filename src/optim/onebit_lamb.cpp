@@ -5,29 +5,16 @@
 #include <algorithm>
 #include <cmath>
 
+#include "optim/onebit_host_slice.h"
+
 namespace dsrt {
 namespace {
-
-constexpr size_t kParallelMin = 1 << 15;  // below this a loop runs on the calling thread
 
 Status check(const char *what, const OptimizerHyper &hyper, const OptimizerSlice &slice, bool needs_grad,
              float grad_scale) {
   if (hyper.type != OptimizerType::OneBitLamb)
     return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: the hyper-parameters are not OneBitLamb's", what);
-  if (slice.n == 0) return Status::Ok();
-  if (slice.master == nullptr || slice.state0 == nullptr || slice.state1 == nullptr)
-    return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: master, exp_avg (state0) and exp_avg_sq (state1) are required", what);
-  if (needs_grad && (slice.grad == nullptr || slice.grad_dtype != DSRT_F32))
-    return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: an fp32 gradient is required", what);
-  if (needs_grad && !std::isfinite(grad_scale))
-    return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: grad_scale is %g; skip the step on overflow instead", what,
-                 static_cast<double>(grad_scale));
-  if (!std::isfinite(hyper.lr)) return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: the learning rate is not finite", what);
-  return Status::Ok();
-}
-
-void write_working(const OptimizerSlice &slice) {
-  if (slice.working != nullptr) cpu_convert(slice.master, DSRT_F32, slice.working, slice.working_dtype, slice.n);
+  return check_onebit_slice(what, hyper, slice, needs_grad, grad_scale);
 }
 
 // p -= step * (m / (sqrt(v) + eps) + wd p), the update recomputed from the unchanged p.
@@ -36,7 +23,7 @@ void apply_update(const OptimizerHyper &hyper, const OptimizerSlice &slice, floa
   float *p = slice.master;
   const float *m = slice.state0, *v = slice.state1;
   const int64_t n = static_cast<int64_t>(slice.n);
-#pragma omp parallel for schedule(static) if (slice.n >= kParallelMin)
+#pragma omp parallel for schedule(static) if (slice.n >= kOneBitParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float u = m[i] / (std::sqrt(v[i]) + eps) + wd * p[i];
     p[i] -= step * u;
@@ -80,7 +67,7 @@ Status onebit_lamb_warmup_step(const OptimizerHyper &hyper, const OneBitLambPara
   float *p = slice.master, *m = slice.state0, *v = slice.state1;
   const int64_t n = static_cast<int64_t>(slice.n);
   double p_sq = 0.0, u_sq = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : p_sq, u_sq) if (slice.n >= kParallelMin)
+#pragma omp parallel for schedule(static) reduction(+ : p_sq, u_sq) if (slice.n >= kOneBitParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i] * grad_scale;
     const float mi = b1 * m[i] + omb1 * gi;
@@ -95,7 +82,7 @@ Status onebit_lamb_warmup_step(const OptimizerHyper &hyper, const OneBitLambPara
   const double c = onebit_lamb_trust_ratio(std::sqrt(p_sq), std::sqrt(u_sq), hyper.min_coeff, hyper.max_coeff);
   if (c != 1.0) state->coeff_freeze = params.coeff_beta * state->coeff_freeze + (1.0 - params.coeff_beta) * c;
   apply_update(hyper, slice, static_cast<float>(static_cast<double>(hyper.lr) * c));
-  write_working(slice);
+  write_working_copy(slice);
   if (coeff_out != nullptr) *coeff_out = c;
   return Status::Ok();
 }
@@ -104,7 +91,7 @@ double onebit_lamb_momentum_scale(const float *m, size_t n) {
   if (n == 0) return 0.0;
   double sq = 0.0;
   const int64_t count = static_cast<int64_t>(n);
-#pragma omp parallel for schedule(static) reduction(+ : sq) if (n >= kParallelMin)
+#pragma omp parallel for schedule(static) reduction(+ : sq) if (n >= kOneBitParallelMin)
   for (int64_t i = 0; i < count; ++i) sq += static_cast<double>(m[i]) * m[i];
   return std::sqrt(sq) / std::sqrt(static_cast<double>(n));
 }
@@ -121,7 +108,7 @@ Status onebit_lamb_momentum(const OptimizerHyper &hyper, const OptimizerSlice &s
   const auto *g = static_cast<const float *>(slice.grad);
   float *m = slice.state0;
   const int64_t n = static_cast<int64_t>(slice.n);
-#pragma omp parallel for schedule(static) if (slice.n >= kParallelMin)
+#pragma omp parallel for schedule(static) if (slice.n >= kOneBitParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     last[i] = m[i];
     m[i] = (b1 * m[i] + omb1 * (g[i] * grad_scale)) * scaling;
@@ -142,7 +129,7 @@ Status onebit_lamb_apply(const OptimizerHyper &hyper, const OneBitLambParams &pa
   float *m = slice.state0;
   const int64_t n = static_cast<int64_t>(slice.n);
   double q_sq = 0.0, u_sq = 0.0, max_ratio = -INFINITY;
-#pragma omp parallel for schedule(static) reduction(+ : q_sq, u_sq) reduction(max : max_ratio) if (slice.n >= kParallelMin)
+#pragma omp parallel for schedule(static) reduction(+ : q_sq, u_sq) reduction(max : max_ratio) if (slice.n >= kOneBitParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float mi = m[i] / scaling;
     m[i] = mi;
@@ -162,7 +149,7 @@ Status onebit_lamb_apply(const OptimizerHyper &hyper, const OneBitLambParams &pa
   state->last_factor = f;
   const double c = state->coeff_freeze * f;
   apply_update(hyper, slice, static_cast<float>(static_cast<double>(hyper.lr) * c));
-  write_working(slice);
+  write_working_copy(slice);
   if (coeff_out != nullptr) *coeff_out = c;
   return Status::Ok();
 }

@@ -4,10 +4,10 @@
 
 #include <cmath>
 
+#include "optim/onebit_host_slice.h"
+
 namespace dsrt {
 namespace {
-
-constexpr size_t kParallelMin = 1 << 15;  // below it a loop runs on the calling thread
 
 Status check(const char *what, const OptimizerHyper &hyper, const OptimizerSlice &slice, const float *accumulator) {
   if (hyper.type != OptimizerType::ZeroOneAdam)
@@ -18,10 +18,6 @@ Status check(const char *what, const OptimizerHyper &hyper, const OptimizerSlice
                  "%s: master, exp_avg (state0), exp_avg_sq (state1) and the accumulator u are required", what);
   if (!std::isfinite(hyper.lr)) return Error(DSRT_ERR_INVALID_ARGUMENT, "%s: the learning rate is not finite", what);
   return Status::Ok();
-}
-
-void write_working(const OptimizerSlice &slice) {
-  if (slice.working != nullptr) cpu_convert(slice.master, DSRT_F32, slice.working, slice.working_dtype, slice.n);
 }
 
 }  // namespace
@@ -40,7 +36,7 @@ Status zero_one_adam_local_step(const OptimizerHyper &hyper, const OptimizerSlic
   float *p = slice.master, *m = slice.state0, *u = accumulator;
   const float *v = slice.state1;
   const int64_t n = static_cast<int64_t>(slice.n);
-#pragma omp parallel for schedule(static) if (slice.n >= kParallelMin)
+#pragma omp parallel for schedule(static) if (slice.n >= kOneBitParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float mi = b1 * m[i] + omb1 * (g[i] * grad_scale);
     m[i] = mi;
@@ -48,7 +44,7 @@ Status zero_one_adam_local_step(const OptimizerHyper &hyper, const OptimizerSlic
     p[i] -= step;
     u[i] -= step;
   }
-  write_working(slice);
+  write_working_copy(slice);
   return Status::Ok();
 }
 
@@ -58,7 +54,7 @@ Status zero_one_adam_sync_begin(const OptimizerHyper &hyper, const OptimizerSlic
   float *p = slice.master, *u = accumulator;
   const float *v = slice.state1;
   const int64_t n = static_cast<int64_t>(slice.n);
-#pragma omp parallel for schedule(static) if (slice.n >= kParallelMin)
+#pragma omp parallel for schedule(static) if (slice.n >= kOneBitParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     p[i] -= u[i];
     u[i] *= std::sqrt(v[i]) + eps;
@@ -73,13 +69,13 @@ Status zero_one_adam_sync_end(const OptimizerHyper &hyper, const OptimizerSlice 
   float *p = slice.master, *m = slice.state0, *u = accumulator;
   const float *v = slice.state1;
   const int64_t n = static_cast<int64_t>(slice.n);
-#pragma omp parallel for schedule(static) if (slice.n >= kParallelMin)
+#pragma omp parallel for schedule(static) if (slice.n >= kOneBitParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     m[i] = -u[i] * inv_lrs;
     p[i] += u[i] / (std::sqrt(v[i]) + eps);
     u[i] = 0.0f;
   }
-  write_working(slice);
+  write_working_copy(slice);
   return Status::Ok();
 }
 
