@@ -123,26 +123,9 @@ __device__ inline void store8(void *base, int dtype, size_t i, const float x[kVe
   __stwb(reinterpret_cast<uint4 *>(static_cast<uint16_t *>(base) + i), make_uint4(pack(0), pack(1), pack(2), pack(3)));
 }
 
-// Sum over the block in a fixed tree (shuffles, then one warp over the warp sums): the same
-// inputs give the same bits on every run. Every thread of the block must call it; thread 0 gets
-// the result.
-__device__ inline float block_sum(float x) {
-  __shared__ float warp_sums[32];
-  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();  // warp_sums may still be read by a previous call
-  if (lane == 0) warp_sums[warp] = x;
-  __syncthreads();
-  const int warps = (blockDim.x + 31) >> 5;
-  x = lane < warps ? warp_sums[lane] : 0.0f;
-  if (warp == 0) {
-    for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  }
-  return x;
-}
-
-// block_sum in double, the same fixed tree (the reductions' partial sums: squares of floats are
-// exact in double, so a chunk's sum carries double rounding only, as the CPU's per-chunk sums do).
+// Sum over the block in a fixed tree (shuffles, then one warp over the warp sums), in double: the
+// same inputs give the same bits on every run, and the reductions' partial sums (squares of
+// floats are exact in double) carry double rounding only, as the CPU's per-chunk sums do.
 // Every thread of the block must call it; thread 0 gets the result.
 __device__ inline double block_sum_f64(double x) {
   __shared__ double warp_sums[32];
