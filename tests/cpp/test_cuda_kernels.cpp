@@ -26,6 +26,7 @@
 #ifdef DSRT_HAVE_CUDA
 #include "cuda/chunk_list.h"
 #include "cuda/fused_optimizers.h"
+#include "cuda_test_device.h"
 #include "device/cuda_device.h"
 #endif
 
@@ -48,22 +49,8 @@ uint32_t fresh_seed() {
   return rd();
 }
 
-// Created once and never destroyed: buffers of failed tests may outlive any scope, and at exit
-// the CUDA runtime may already be gone.
-Device &gpu() {
-  static Device *device = [] {
-    std::unique_ptr<Device> d;
-    const Status s = device_create_cuda(0, &d);
-    if (!s.ok()) {
-      std::fprintf(stderr, "device_create_cuda(0) failed: %s\n", s.message().c_str());
-      std::abort();
-    }
-    return d.release();
-  }();
-  return *device;
-}
-
-void check(const Status &s) { ASSERT_TRUE(s.ok()) << s.message(); }
+using cuda_test::check;
+using cuda_test::gpu;
 
 // A device array holding a copy of host bytes, optionally shifted off 16-byte alignment by
 // `shift` bytes so that the element-wise path runs.

@@ -19,6 +19,7 @@
 #include "optim/zero_one_adam.h"
 #ifdef DSRT_HAVE_CUDA
 #include "cuda/onebit.h"
+#include "cuda_test_device.h"
 #include "device/cuda_device.h"
 #endif
 
@@ -26,16 +27,8 @@ namespace dsrt {
 namespace {
 
 #ifdef DSRT_HAVE_CUDA
-Device &gpu() {
-  static Device *device = [] {
-    std::unique_ptr<Device> d;
-    if (!device_create_cuda(0, &d).ok()) std::abort();
-    return d.release();
-  }();
-  return *device;
-}
-
-void check(const Status &s) { ASSERT_TRUE(s.ok()) << s.message(); }
+using cuda_test::check;
+using cuda_test::gpu;
 
 std::vector<float> random_floats(std::mt19937 &rng, size_t n, float mean, float scale, bool positive = false) {
   std::normal_distribution<float> dist(mean, scale);

@@ -17,6 +17,7 @@
 #include "util/half.h"
 #ifdef DSRT_HAVE_CUDA
 #include "cuda/quantize.h"
+#include "cuda_test_device.h"
 #include "device/cuda_device.h"
 #endif
 
@@ -24,16 +25,8 @@ namespace dsrt {
 namespace {
 
 #ifdef DSRT_HAVE_CUDA
-Device &gpu() {
-  static Device *device = [] {
-    std::unique_ptr<Device> d;
-    if (!device_create_cuda(0, &d).ok()) std::abort();
-    return d.release();
-  }();
-  return *device;
-}
-
-void check(const Status &s) { ASSERT_TRUE(s.ok()) << s.message(); }
+using cuda_test::check;
+using cuda_test::gpu;
 
 TEST(CudaQuantize, MatchesTheCpuKernelsByteForByte) {
   if (!dsrt_has_feature("cuda")) GTEST_SKIP() << "no CUDA device";
