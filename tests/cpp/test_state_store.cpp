@@ -11,32 +11,14 @@
 
 #include "device/device.h"
 #include "offload/state_store.h"
+#include "state_store_test_util.h"
 
 namespace dsrt {
 namespace {
 
-std::vector<float> random_values(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 3.0f);
-  std::vector<float> v(n);
-  for (float &x : v) x = dist(rng);
-  return v;
-}
-
-// Round-to-nearest-even of a finite float to bf16, from its bits.
-uint16_t reference_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float widen(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
+using state_store_test::random_values;
+using state_store_test::reference_bf16;
+using state_store_test::widen;
 
 TEST(StateStore, Bf16MastersRoundOnWriteAndWidenOnRead) {
   std::unique_ptr<Device> device = device_create_cpu();
