@@ -337,30 +337,9 @@ TEST(OneBitLamb, TwoParameterGroupsShareOneFusedVector) {
 TEST(OneBitLamb, CompressionStageCutsTheBytesOnTheWire) {
   const int world = g_world->size();
   if (world == 1) GTEST_SKIP() << "one rank moves no bytes";
-  const std::vector<int64_t> sizes = {60000, 40000};
-  std::unique_ptr<Engine> e;
-  ASSERT_TRUE(Engine::create(lamb_config(), g_world, &e, "cpu").ok());
-  for (size_t t = 0; t < sizes.size(); ++t) {
-    const std::vector<double> init = gaussian(30 + static_cast<uint32_t>(t), static_cast<size_t>(sizes[t]), 0.1);
-    std::vector<float> values(init.begin(), init.end());
-    ASSERT_TRUE(e->add_param("w" + std::to_string(t), &sizes[t], 1, values.data(), nullptr).ok());
-  }
-  ASSERT_TRUE(e->build().ok());
   std::vector<uint64_t> bytes;
-  for (int step = 1; step <= kFreeze + 2; ++step) {
-    for (size_t t = 0; t < sizes.size(); ++t) {
-      const std::vector<double> g =
-          gaussian(900u + 10u * step + 3u * g_world->rank() + t, static_cast<size_t>(sizes[t]), 1.0);
-      ASSERT_TRUE(testing_util::update_grad(*e, t, [&](void *buffer, dsrt_dtype dtype) {
-                    for (size_t i = 0; i < g.size(); ++i) from_float(buffer, dtype, i, static_cast<float>(g[i]));
-                  }).ok());
-      ASSERT_TRUE(e->grad_ready(t).ok());
-    }
-    const uint64_t before = g_world->traffic().total();
-    ASSERT_TRUE(e->step(nullptr).ok());
-    bytes.push_back(g_world->traffic().total() - before);
-  }
-  const uint64_t warm = bytes[kFreeze - 1], compressed = bytes.back();
+  ASSERT_NO_FATAL_FAILURE(onebit_test::wire_bytes_per_step(g_world, lamb_config(), "cpu", kFreeze + 2, &bytes));
+  const uint64_t warm = bytes[kFreeze], compressed = bytes.back();
   if (g_world->rank() == 0) {
     std::printf("OneBitLamb: bytes this rank put on the wire per step, %d ranks, 100000 elements: warm-up %llu, "
                 "compressed %llu (%.1fx fewer)\n",

@@ -287,29 +287,8 @@ TEST(ZeroOneAdam, BytesOnTheWirePerKindOfStep) {
   TrainConfig config = zero_one_config();
   config.optimizer.var_freeze_step = 4;  // steps 2, 3, 4: variance (interval 1, 1, 2); 5: compressed gradients
   config.optimizer.local_step_scaler = 1;  // then a sync at 6 (interval 1), local 7, sync 8 (interval 2)
-  const std::vector<int64_t> sizes = {60000, 40000};
-  std::unique_ptr<Engine> e;
-  ASSERT_TRUE(Engine::create(config, g_world, &e).ok());
-  for (size_t t = 0; t < sizes.size(); ++t) {
-    const std::vector<double> init = gaussian(30 + static_cast<uint32_t>(t), static_cast<size_t>(sizes[t]), 0.1);
-    std::vector<float> values(init.begin(), init.end());
-    ASSERT_TRUE(e->add_param("w" + std::to_string(t), &sizes[t], 1, values.data(), nullptr).ok());
-  }
-  ASSERT_TRUE(e->build().ok());
-  std::vector<uint64_t> bytes(1, 0);  // 1-based
-  for (int step = 1; step <= 8; ++step) {
-    for (size_t t = 0; t < sizes.size(); ++t) {
-      const std::vector<double> g =
-          gaussian(900u + 10u * step + 3u * g_world->rank() + t, static_cast<size_t>(sizes[t]), 1.0);
-      ASSERT_TRUE(testing_util::update_grad(*e, t, [&](void *buffer, dsrt_dtype dtype) {
-                    for (size_t i = 0; i < g.size(); ++i) from_float(buffer, dtype, i, static_cast<float>(g[i]));
-                  }).ok());
-      ASSERT_TRUE(e->grad_ready(t).ok());
-    }
-    const uint64_t before = g_world->traffic().total();
-    ASSERT_TRUE(e->step(nullptr).ok());
-    bytes.push_back(g_world->traffic().total() - before);
-  }
+  std::vector<uint64_t> bytes;
+  ASSERT_NO_FATAL_FAILURE(onebit_test::wire_bytes_per_step(g_world, config, nullptr, 8, &bytes));
   const uint64_t variance = bytes[4], compressed = bytes[5], sync = bytes[6], local = bytes[7];
   if (g_world->rank() == 0)
     std::printf("bytes this rank put on the wire per step, %d ranks, 100000 elements: variance step %llu, "

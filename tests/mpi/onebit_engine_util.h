@@ -1,6 +1,7 @@
 // onebit_engine_util.h -- the engine set-up shared by the 1-bit optimizer tests (1-bit Adam, 1-bit
 // LAMB, 0/1 Adam): the same two tensors of 5 and 3 elements built from one vector of initial
-// values, and one boundary step from one vector of this rank's gradients.
+// values, one boundary step from one vector of this rank's gradients, and the bytes on the wire per
+// step of a 100k-element model.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "../cpp/engine_test_util.h"
+#include "onebit_reference.h"
 
 namespace dsrt {
 namespace onebit_test {
@@ -51,6 +53,36 @@ inline void run_step(Engine &e, const std::vector<double> &g) {
   Status s = e.step(&result);
   ASSERT_TRUE(s.ok()) << s.message();
   ASSERT_EQ(result.overflow, 0);
+}
+
+// Builds a model of two tensors (60000 and 40000 elements) on config and device (nullptr: the
+// default), runs `steps` boundary steps with fresh Gaussian gradients per rank and step, and
+// stores the bytes this rank put on the wire in each: (*bytes)[s] for step s, (*bytes)[0] = 0.
+inline void wire_bytes_per_step(const std::shared_ptr<Comm> &world, const TrainConfig &config, const char *device,
+                                int steps, std::vector<uint64_t> *bytes) {
+  const std::vector<int64_t> sizes = {60000, 40000};
+  std::unique_ptr<Engine> e;
+  ASSERT_TRUE(Engine::create(config, world, &e, device).ok());
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    const std::vector<double> init = gaussian(30 + static_cast<uint32_t>(t), static_cast<size_t>(sizes[t]), 0.1);
+    std::vector<float> values(init.begin(), init.end());
+    ASSERT_TRUE(e->add_param("w" + std::to_string(t), &sizes[t], 1, values.data(), nullptr).ok());
+  }
+  ASSERT_TRUE(e->build().ok());
+  bytes->assign(1, 0);
+  for (int step = 1; step <= steps; ++step) {
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      const std::vector<double> g =
+          gaussian(900u + 10u * step + 3u * world->rank() + t, static_cast<size_t>(sizes[t]), 1.0);
+      ASSERT_TRUE(testing_util::update_grad(*e, t, [&](void *buffer, dsrt_dtype dtype) {
+                    for (size_t i = 0; i < g.size(); ++i) from_float(buffer, dtype, i, static_cast<float>(g[i]));
+                  }).ok());
+      ASSERT_TRUE(e->grad_ready(t).ok());
+    }
+    const uint64_t before = world->traffic().total();
+    ASSERT_TRUE(e->step(nullptr).ok());
+    bytes->push_back(world->traffic().total() - before);
+  }
 }
 
 }  // namespace onebit_test
