@@ -346,18 +346,19 @@ Status GradReducer::complete(InFlight &op) {
       finished.push_back({mine.begin - partition.begin, mine.end - partition.begin});
     }
     give_buffer(std::move(bucket.buffer));
+  } else if (op.in_place) {
+    // Stage 3 on one rank: each tensor straight from its slice of the bucket buffer.
+    const ShardLayout &shards = part_->shard_layout();
+    const char *src = static_cast<const char *>(bucket.buffer.data());
+    for (size_t t = bucket.first; t < bucket.last; ++t) {
+      const int64_t n = shards.owned_range(t, 0).size();
+      if (n == 0) continue;
+      DSRT_RETURN_IF_ERROR(accumulate_partition(
+          shards.shard_offset(t), src + bucket.offsets[t - bucket.first] * static_cast<int64_t>(csize), cdt, n));
+      finished.push_back({shards.shard_offset(t), shards.shard_offset(t) + n});
+    }
   } else {
     const ShardLayout &shards = part_->shard_layout();
-    if (op.in_place) {
-      const char *src = static_cast<const char *>(bucket.buffer.data());
-      for (size_t t = bucket.first; t < bucket.last; ++t) {
-        const int64_t n = shards.owned_range(t, 0).size();
-        if (n == 0) continue;
-        DSRT_RETURN_IF_ERROR(accumulate_partition(
-            shards.shard_offset(t), src + bucket.offsets[t - bucket.first] * static_cast<int64_t>(csize), cdt, n));
-        finished.push_back({shards.shard_offset(t), shards.shard_offset(t) + n});
-      }
-    }
     const char *base = static_cast<const char *>(scattered || op.quantized ? op.recv.data() : op.send.data());
     // qgZ leaves the reduced block in fp32.
     const dsrt_dtype rdt = op.quantized ? DSRT_F32 : cdt;
@@ -373,7 +374,7 @@ Status GradReducer::complete(InFlight &op) {
                                                  static_cast<size_t>(block), rdt, ReduceOp::Sum)
                                .with_context(Format("all-reducing gradient bucket %zu across MiCS replicas", op.bucket)));
     }
-    for (size_t t = bucket.first; t < bucket.last && !op.in_place; ++t) {
+    for (size_t t = bucket.first; t < bucket.last; ++t) {
       const ElemRange owned = shards.owned_range(t, rank_);
       if (!owned.empty()) {
         DSRT_RETURN_IF_ERROR(
