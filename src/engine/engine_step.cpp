@@ -303,10 +303,14 @@ Status Engine::agreed_grad_norm(double unscale, double *norm) {
   {
     ScopedPhase phase(timers_, StepPhase::Norm);
     OptimizerBackend &backend = host_optimizer() || store_.nvme() ? *host_backend_ : *backend_;
-    DSRT_RETURN_IF_ERROR((nvme_grad_swap() ? nvme_grad_sum_squares(static_cast<float>(unscale), &norm_sq, &nonfinite)
-                                     : backend.sum_squares(step_grads(), DSRT_F32, static_cast<size_t>(part_.partition_elems()),
-                                                           static_cast<float>(unscale), &norm_sq, &nonfinite))
-                             .with_context("step: the gradient norm"));
+    // Taken while the last micro-step wrote the gradient (the same sum bit for bit), else a pass.
+    const bool folded = !nvme_grad_swap() && step_grads() == reducer_.grad_partition() &&
+                        reducer_.folded_sum_squares(static_cast<float>(unscale), &norm_sq, &nonfinite);
+    if (!folded)
+      DSRT_RETURN_IF_ERROR((nvme_grad_swap() ? nvme_grad_sum_squares(static_cast<float>(unscale), &norm_sq, &nonfinite)
+                                       : backend.sum_squares(step_grads(), DSRT_F32, static_cast<size_t>(part_.partition_elems()),
+                                                             static_cast<float>(unscale), &norm_sq, &nonfinite))
+                               .with_context("step: the gradient norm"));
     // The ranks agree on both (zero_stage.h: over the partitioning group and MiCS's replicas).
     DSRT_RETURN_IF_ERROR(stage_->agree_norm(&norm_sq, &nonfinite));
   }

@@ -61,7 +61,17 @@ struct KernelTable {
   double (*sum_squares)(const void *data, int dtype, size_t begin, size_t end);
   void (*convert)(const void *src, int src_dtype, void *dst, int dst_dtype, size_t begin, size_t end);
   void (*accumulate)(float *dst, const void *src, int src_dtype, size_t begin, size_t end, float scale);
+  // sum_squares over one fp32 chunk, resumable (optim/sum_squares_fold.h): state
+  // (kSumSquaresStateDoubles, zeroed to start) takes the squares of positions [begin, end) of the
+  // chunk (length elements from chunk) into the accumulator lanes sum_squares gives them. When
+  // ranges are added in increasing position order and every nonzero element is among them,
+  // sum_squares_total(state) is sum_squares(chunk, DSRT_F32, 0, length) bit for bit.
+  void (*sum_squares_part)(double *state, const float *chunk, size_t length, size_t begin, size_t end);
+  double (*sum_squares_total)(const double *state);
 };
+
+// The doubles a sum_squares_part state holds (two accumulators of 16 lanes on AVX-512).
+constexpr size_t kSumSquaresStateDoubles = 32;
 
 // Constant-initialized tables (no code runs to build them, so merely linking the AVX-512 table is
 // safe on any CPU; only calling through it requires the instruction set).

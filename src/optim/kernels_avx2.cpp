@@ -45,7 +45,7 @@ extern const KernelTable kAvx2Kernels = DSRT_OPTIM_KERNEL_TABLE("avx2");
 namespace dsrt {
 namespace optim_kernels {
 // Not an x86 build: the dispatcher never selects this table (its name is null).
-extern const KernelTable kAvx2Kernels = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+extern const KernelTable kAvx2Kernels = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
 }  // namespace optim_kernels
 }  // namespace dsrt
 #endif

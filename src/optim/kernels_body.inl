@@ -255,6 +255,51 @@ double sum_squares_range(const void *data, int dtype, size_t begin, size_t end) 
   }
 }
 
+// sum_squares_typed's accumulation, resumable: block k of the chunk (W elements from its start)
+// goes to accumulator k % 2 and the partial last block to accumulator 1, lane by lane, as there. A
+// range that starts or ends inside a block is added as a zero-padded vector: the other lanes
+// add +0, which leaves them as they are (they hold +0 or sums of squares).
+void sum_squares_part(double *state, const float *chunk, size_t length, size_t begin, size_t end) {
+  constexpr size_t W = Vec::kWidth;
+  typename Vec::Acc acc[2];
+  static_assert(sizeof acc <= kSumSquaresStateDoubles * sizeof(double), "sum_squares_part: state too small");
+  std::memcpy(static_cast<void *>(acc), state, sizeof acc);
+  const size_t whole_end = length / W * W;  // end of the whole blocks
+  end = end < length ? end : length;
+  size_t i = begin;
+  while (i < end) {
+    const size_t block = i / W * W;
+    if (i == block && i + W <= end && i + W <= whole_end) {
+      if ((i / W) & 1) {
+        acc[1].add_sq(Vec::load(chunk + i));
+        i += W;
+      }
+      const size_t limit = end < whole_end ? end : whole_end;
+      for (; i + 2 * W <= limit; i += 2 * W) {
+        acc[0].add_sq(Vec::load(chunk + i));
+        acc[1].add_sq(Vec::load(chunk + i + W));
+      }
+      if (i + W <= limit) {
+        acc[0].add_sq(Vec::load(chunk + i));
+        i += W;
+      }
+      continue;
+    }
+    const size_t stop = end < block + W ? end : block + W;
+    alignas(64) float buf[W] = {};
+    std::memcpy(buf + (i - block), chunk + i, (stop - i) * sizeof(float));
+    acc[block < whole_end ? (block / W) & 1 : 1].add_sq(Vec::load(buf));
+    i = stop;
+  }
+  std::memcpy(state, static_cast<const void *>(acc), sizeof acc);
+}
+
+double sum_squares_total(const double *state) {
+  typename Vec::Acc acc[2];
+  std::memcpy(static_cast<void *>(acc), state, sizeof acc);
+  return acc[0].total() + acc[1].total();
+}
+
 template <int S, int D>
 void convert_typed(const void *src, void *dst, size_t begin, size_t end) {
   constexpr size_t W = Vec::kWidth;
@@ -321,5 +366,5 @@ void accumulate_range(float *dst, const void *src, int src_dtype, size_t begin, 
   {                                                                                                    \
     isa_name, &step_range<AdamBody>, &step_range<SgdBody>, &step_range<AdagradBody>,                  \
         &step_range<LionBody>, &step_range<LambPhase1Body>, &step_range<LambPhase2Body>,              \
-        &sum_squares_range, &convert_range, &accumulate_range                                          \
+        &sum_squares_range, &convert_range, &accumulate_range, &sum_squares_part, &sum_squares_total  \
   }

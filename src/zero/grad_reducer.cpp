@@ -43,6 +43,9 @@ Status GradReducer::init(const Partitioning *partitioning, Comm *comm, Device *d
   if (options_.replica_comm != nullptr && part_->stage() != 3)
     return Error(DSRT_ERR_INVALID_ARGUMENT, "gradient reducer: MiCS replicas need ZeRO stage 3, not %d", part_->stage());
   dp_world_ = world_ * (options_.replica_comm != nullptr ? options_.replica_comm->size() : 1);
+  // The fold writes host memory with the CPU kernels, into the accumulator only.
+  if (part_->stage() < 2 || options_.map_range || device_->type() != DSRT_DEVICE_CPU) options_.fold_norm = false;
+  fold_begun_ = fold_missed_ = fold_complete_ = false;
   // 0 (DeepSpeed's meaning): no two gradients share a bucket.
   if (options_.bucket_elems < 0)
     return Error(DSRT_ERR_CONFIG, "zero_optimization.reduce_bucket_size is %lld; it must not be negative",
@@ -324,7 +327,6 @@ Status GradReducer::complete(InFlight &op) {
   Bucket &bucket = buckets_[op.bucket];
   const dsrt_dtype cdt = options_.comm_dtype;
   const size_t csize = dtype_size(cdt);
-  float *accum = accumulator_.as<float>();
   const bool scattered = options_.reduce_scatter && world_ > 1;
   // Ranges of the partition this bucket finished: final for the window on its last micro-step.
   std::vector<ElemRange> finished;
@@ -342,7 +344,7 @@ Status GradReducer::complete(InFlight &op) {
         const char *reduced = static_cast<const char *>(op.send.empty() ? bucket.buffer.data() : op.send.data());
         src = reduced + (mine.begin - range.begin) * static_cast<int64_t>(csize);
       }
-      DSRT_RETURN_IF_ERROR(add_into(accum + (mine.begin - partition.begin), src, cdt, static_cast<size_t>(mine.size()), 1.0f));
+      DSRT_RETURN_IF_ERROR(add_into_accumulator(mine.begin - partition.begin, src, cdt, static_cast<size_t>(mine.size())));
       finished.push_back({mine.begin - partition.begin, mine.end - partition.begin});
     }
     give_buffer(std::move(bucket.buffer));
@@ -396,8 +398,7 @@ Status GradReducer::complete(InFlight &op) {
 }
 
 Status GradReducer::accumulate_partition(int64_t part_offset, const char *src, dsrt_dtype dtype, int64_t n) {
-  if (!options_.map_range)
-    return add_into(accumulator_.as<float>() + part_offset, src, dtype, static_cast<size_t>(n), 1.0f);
+  if (!options_.map_range) return add_into_accumulator(part_offset, src, dtype, static_cast<size_t>(n));
   const size_t size = dtype_size(dtype);
   for (int64_t done = 0; done < n;) {
     float *dst = nullptr;
@@ -412,6 +413,27 @@ Status GradReducer::accumulate_partition(int64_t part_offset, const char *src, d
     done += mapped;
   }
   return Status::Ok();
+}
+
+Status GradReducer::add_into_accumulator(int64_t part_offset, const void *src, dsrt_dtype dtype, size_t n) {
+  float *accum = accumulator_.as<float>();
+  // The fold needs the values final for the window: its last micro-step only.
+  if (!options_.fold_norm || !last_micro_step()) {
+    fold_missed_ = true;
+    return add_into(accum + part_offset, src, dtype, n, 1.0f);
+  }
+  if (!fold_begun_) fold_.begin(static_cast<size_t>(part_->partition_elems()));
+  fold_begun_ = true;
+  fold_.add(accum, static_cast<size_t>(part_offset), src, dtype, n, first_micro_step_);
+  return Status::Ok();
+}
+
+bool GradReducer::folded_sum_squares(float scale, double *sum, bool *nonfinite) const {
+  const size_t total = static_cast<size_t>(part_->partition_elems());
+  if (!fold_complete_ || !fold_.matches(total)) return false;
+  const double value = fold_.finish(accumulator_.as<float>(), scale, nonfinite);
+  if (sum != nullptr) *sum = value;
+  return true;
 }
 
 Status GradReducer::deliver_final(int64_t part_offset, int64_t count) {
@@ -440,6 +462,10 @@ Status GradReducer::finish_micro_step() {
   }
   std::fill(tensor_state_.begin(), tensor_state_.end(), 0);
   if (part_->stage() >= 2 && last_micro_step()) final_delivered_ = true;
+  // Every range this micro-step wrote went through the fold, and every element carrying data is
+  // written once per micro-step: the fold holds the window's whole gradient.
+  fold_complete_ = fold_begun_ && !fold_missed_;
+  fold_begun_ = fold_missed_ = false;
   first_micro_step_ = false;
   micro_in_window_ += 1;
   next_issue_ = 0;
@@ -504,6 +530,7 @@ void GradReducer::zero_accumulator() {
   first_micro_step_ = true;
   micro_in_window_ = 0;
   final_delivered_ = false;
+  fold_complete_ = false;
   if (options_.on_window_start) options_.on_window_start();
 }
 

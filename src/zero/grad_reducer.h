@@ -41,6 +41,7 @@
 #include "comm/comm.h"
 #include "device/device.h"
 #include "optim/optimizer_backend.h"
+#include "optim/sum_squares_fold.h"
 #include "zero/partition.h"
 #include "zero/quantized_reduce.h"
 
@@ -83,6 +84,11 @@ struct ReducerOptions {
   bool quantized_gradients = false;
   int qgz_bits = 4;
   std::vector<size_t> qgz_groups;
+  // Stages 2-3 with the accumulator in host memory and the host backend (the CPU device): the
+  // window's last micro-step takes the gradient's sum of squares as it writes each reduced range
+  // into the accumulator (optim/sum_squares_fold.h), so the step reads it from
+  // folded_sum_squares() instead of a pass over the partition. Not with map_range.
+  bool fold_norm = false;
 };
 
 class GradReducer {
@@ -116,6 +122,13 @@ class GradReducer {
   bool partition_outside() const { return static_cast<bool>(options_.map_range); }
   // Multiply accumulated values by this to get the averaged (still loss-scaled) gradient.
   double post_scale() const;
+  // options.fold_norm: when the window's last micro-step wrote every range of the partition
+  // through the fold, true with *sum and *nonfinite exactly as cpu_sum_squares(grad_partition(),
+  // DSRT_F32, partition_elems(), scale) gives them on this thread now; else false (the fold does
+  // not apply: run that pass).
+  bool folded_sum_squares(float scale, double *sum, bool *nonfinite) const;
+  // Chunks the last fold summed again from the accumulator (their ranges came out of order).
+  size_t folded_chunks_resummed() const { return fold_.chunks_resummed(); }
   // Whether post_scale divides by accumulation_steps (DeepSpeed's scale_wrt_gas; default true).
   void set_divide_by_accumulation(bool divide) { divide_by_accumulation_ = divide; }
   // Stage 0 only: the boundary leaves each rank's accumulated gradient unreduced, and post_scale
@@ -181,6 +194,8 @@ class GradReducer {
   Status deliver_final(int64_t part_offset, int64_t count);
   // Stage 3: the partition's [part_offset, +n) (+)= src, into the accumulator or map_range's memory.
   Status accumulate_partition(int64_t part_offset, const char *src, dsrt_dtype dtype, int64_t n);
+  // Stages 2-3: the accumulator's [part_offset, +n) (+)= src, through the norm's fold when it applies.
+  Status add_into_accumulator(int64_t part_offset, const void *src, dsrt_dtype dtype, size_t n);
 
   const Partitioning *part_ = nullptr;
   Comm *comm_ = nullptr;
@@ -208,6 +223,11 @@ class GradReducer {
   int last_override_ = -1;             // set_last_micro_step; -1: count
   double reduce_seconds_ = 0;
   std::unique_ptr<QuantizedReduceScatter> qgz_;  // zero_quantized_gradients
+  // options.fold_norm: the fold of the micro-step in progress and of the last one finished.
+  SumSquaresFold fold_;
+  bool fold_begun_ = false;     // this micro-step wrote a range through fold_
+  bool fold_missed_ = false;    // this micro-step wrote a range into the accumulator without it
+  bool fold_complete_ = false;  // the last finished micro-step wrote every range through fold_
 };
 
 }  // namespace dsrt
