@@ -418,7 +418,7 @@ Status GradReducer::accumulate_partition(int64_t part_offset, const char *src, d
 Status GradReducer::add_into_accumulator(int64_t part_offset, const void *src, dsrt_dtype dtype, size_t n) {
   float *accum = accumulator_.as<float>();
   // The fold needs the values final for the window: its last micro-step only.
-  if (!options_.fold_norm || !last_micro_step()) {
+  if (!options_.fold_norm || !last_micro_step() || part_offset + static_cast<int64_t>(n) > part_->partition_elems()) {
     fold_missed_ = true;
     return add_into(accum + part_offset, src, dtype, n, 1.0f);
   }
