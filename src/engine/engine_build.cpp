@@ -122,10 +122,10 @@ Status Engine::build_impl() {
           .with_context("copying reduced gradients to host memory (offload_optimizer)");
     };
   }
-  if (nvme_grad_swap() && !stages_through_host()) nvme_grad_reducer_options(&ro);
+  if (nvme_grad_swap() && !stages_through_host()) nvme_grad_reducer_options(&ro);  // stage 3 NVMe: the gradient partition is swapped
   // The step reads the accumulator in place (the CPU device, no staging): its norm is taken as
   // the last micro-step writes it (the reducer keeps it to stages 2-3, without map_range).
-  ro.fold_norm = device_->type() == DSRT_DEVICE_CPU && !stages_through_host() && !nvme_grad_swap();  // stage 3 NVMe: the gradient partition is swapped
+  ro.fold_norm = device_->type() == DSRT_DEVICE_CPU && !stages_through_host() && !nvme_grad_swap();
   const bool zeropp = config_.zero.zero_quantized_weights || config_.zero.zero_quantized_nontrainable_weights ||
                       config_.zero.zero_quantized_gradients;
   if (zeropp && part_.stage() != 3)
