@@ -73,6 +73,22 @@ DSRT_CHUNK_HD inline size_t chunk_of_block(const ChunkList &list, int slot, int 
   return static_cast<size_t>(list.first_chunk[slot]) + static_cast<size_t>(block - list.first_block[slot]);
 }
 
+// The element-wise kernels may cut each chunk into 2^shift equal parts, one block each (launched
+// with blocks << shift blocks): block b takes part b & (2^shift - 1) of the chunk list's block
+// b >> shift. The part's elements of a tensor of n elements: [*begin, *end), empty (begin == end)
+// where the tensor's last chunk is short. Parts are multiples of 8 elements (shift <= kMaxPartShift)
+// so they keep the 8-element vector accesses aligned.
+constexpr int kMaxPartShift = 5;  // 32 parts of 2048 elements: one 8-element vector per thread of 256
+DSRT_CHUNK_HD inline void chunk_part_range(size_t chunk, int part, int shift, size_t n, size_t *begin, size_t *end) {
+  const size_t span = kChunk >> shift;
+  size_t b = chunk * kChunk + static_cast<size_t>(part) * span;
+  size_t e = b + span;
+  if (b > n) b = n;
+  if (e > n) e = n;
+  *begin = b;
+  *end = e;
+}
+
 // Packs entries into chunk lists of at most max_tensors slots and max_blocks blocks and calls
 // launch(list, blocks) for each (a Status; the first error stops the walk). Empty tensors take no
 // block. list is reused between calls.

@@ -74,6 +74,22 @@ Status cuda_convert_scaled(const void *src, dsrt_dtype src_dtype, void *dst, dsr
 // dst[i] += src[i] * scale, dst fp32.
 Status cuda_accumulate(float *dst, const void *src, dsrt_dtype src_dtype, size_t n, float scale, void *stream);
 
+// How the element-wise optimizer kernels are launched (process-wide; the benchmark measures each
+// setting in one run): blocks_per_chunk blocks share each 65536-element chunk (a power of two, 1 to
+// 32; Lamb phase 1 always takes one block per chunk, its partial sums are per chunk), unroll (1
+// or 2) groups of 8 elements per thread loaded before use, and the evict-first cache hints on
+// every load and store. Results do not depend on the setting (every element's arithmetic is the
+// same). unroll and streaming_hints apply to Adam/AdamW; the other optimizers are built with the
+// default's. INVALID_ARGUMENT for a value out of range.
+struct CudaStepLaunch {
+  int blocks_per_chunk = 1;
+  int unroll = 1;
+  bool streaming_hints = false;
+};
+CudaStepLaunch cuda_step_launch_default();
+CudaStepLaunch cuda_step_launch();
+Status cuda_set_step_launch(const CudaStepLaunch &launch);
+
 // Lowers the per-launch chunk-list limits (at most 110 tensors, 2048 chunks) so that tests split
 // launches with small data; cuda_set_launch_limits(110, 2048) restores them. Process-wide.
 Status cuda_set_launch_limits(int max_tensors, int max_blocks);

@@ -90,6 +90,49 @@ TEST(CudaChunkList, ManySmallTensorsFillFewLaunches) {
   EXPECT_EQ(plan(flat, kMaxTensors, kMaxBlocks).size(), 1u);
 }
 
+// Cutting each chunk into 2^shift parts (one block each, block b taking part b & (2^shift - 1) of
+// the plan's block b >> shift, as step_kernel does): every element of every tensor in exactly one
+// part, in order, non-empty parts starting on a multiple of 8 elements, and the parts past a short last chunk empty.
+TEST(CudaChunkList, ChunkPartsCoverEveryElementOnce) {
+  const std::vector<size_t> sizes = {1, 7, 8, 2047, 2048, 4099, kChunk - 1, kChunk, kChunk + 5, 3 * kChunk + 2049};
+  for (int shift = 0; shift <= kMaxPartShift; ++shift) {
+    SCOPED_TRACE("shift " + std::to_string(shift));
+    for (const Launch &l : plan(sizes, 3, 4)) {
+      for (size_t b = 0; b < (l.blocks.size() << shift); ++b) {
+        const auto [tensor, chunk] = l.blocks[b >> shift];
+        const int part = static_cast<int>(b & ((size_t(1) << shift) - 1));
+        const size_t n = sizes[static_cast<size_t>(tensor)];
+        size_t begin = 0, end = 0;
+        chunk_part_range(chunk, part, shift, n, &begin, &end);
+        EXPECT_LE(begin, end);
+        EXPECT_LE(end, n);
+        EXPECT_LE(end - begin, kChunk >> shift);
+        if (begin == end) {
+          EXPECT_EQ(begin, n) << "an empty part is past the tensor's end";
+        } else {
+          EXPECT_EQ(begin % 8, 0u) << "tensor " << tensor << " chunk " << chunk << " part " << part;
+        }
+      }
+    }
+  }
+  // The parts of all launches, in launch and block order, tile each tensor from 0 to n.
+  for (int shift = 0; shift <= kMaxPartShift; ++shift) {
+    std::vector<size_t> covered(sizes.size(), 0);
+    for (const Launch &l : plan(sizes, 2, 3)) {
+      for (size_t b = 0; b < (l.blocks.size() << shift); ++b) {
+        const auto [tensor, chunk] = l.blocks[b >> shift];
+        size_t begin = 0, end = 0;
+        chunk_part_range(chunk, static_cast<int>(b & ((size_t(1) << shift) - 1)), shift, sizes[static_cast<size_t>(tensor)],
+                         &begin, &end);
+        if (begin == end) continue;
+        EXPECT_EQ(begin, covered[static_cast<size_t>(tensor)]);
+        covered[static_cast<size_t>(tensor)] = end;
+      }
+    }
+    EXPECT_EQ(covered, sizes) << "shift " << shift;
+  }
+}
+
 TEST(CudaChunkList, ALaunchErrorStopsTheWalk) {
   std::vector<TensorEntry> entries(3);
   for (TensorEntry &e : entries) {
