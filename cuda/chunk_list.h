@@ -42,6 +42,7 @@ struct TensorEntry {
   int8_t grad_dtype;
   int8_t working_dtype;  // -1: no working copy
   uint8_t vector_ok;     // every array 16-byte aligned: 8-element vector accesses
+  int8_t vector_head;    // optimizer steps: -1, or every array 16-byte aligned at elements head + 8k (vector_head())
   int8_t master_dtype;   // fp32, or bf16 (bf16.bf16_master_weights_and_grads)
   int8_t state_dtype;    // fp32, or bf16 (bf16.bf16_optimizer_states)
 };
@@ -87,6 +88,33 @@ DSRT_CHUNK_HD inline void chunk_part_range(size_t chunk, int part, int shift, si
   if (e > n) e = n;
   *begin = b;
   *end = e;
+}
+
+// The first element index h in 0..7 at which every array (given with its element size in bytes;
+// null arrays skipped) is 16-byte aligned, so that 8-element vector accesses start at h, h + 8,
+// ...; -1 when there is none (arrays whose addresses disagree modulo 16 bytes in elements, or an
+// array not aligned to its element size). Views into buffers at one element offset (a flat
+// partition cut into tensors) share such an h even when none starts on 16 bytes.
+inline int vector_head(const void *const *arrays, const int *element_bytes, int count) {
+  for (int h = 0; h < 8; ++h) {
+    bool ok = true;
+    for (int a = 0; a < count && ok; ++a) {
+      if (arrays[a] == nullptr) continue;
+      ok = (reinterpret_cast<uintptr_t>(arrays[a]) + static_cast<uintptr_t>(h) * static_cast<uintptr_t>(element_bytes[a])) % 16 == 0;
+    }
+    if (ok) return h;
+  }
+  return -1;
+}
+
+// A part's elements [begin, end) for 8-element vector accesses that start at elements head + 8k:
+// [begin, *vec_begin) and [*vec_end, end) one element at a time (fewer than 8 each), [*vec_begin,
+// *vec_end) a whole number of vectors.
+DSRT_CHUNK_HD inline void part_vector_range(size_t begin, size_t end, int head, size_t *vec_begin, size_t *vec_end) {
+  size_t vb = begin + (static_cast<size_t>(head) + 8 - begin % 8) % 8;
+  if (vb > end) vb = end;
+  *vec_begin = vb;
+  *vec_end = vb + (end - vb) / 8 * 8;
 }
 
 // Packs entries into chunk lists of at most max_tensors slots and max_blocks blocks and calls

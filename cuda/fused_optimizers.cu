@@ -171,16 +171,18 @@ __global__ void __launch_bounds__(kThreads) step_kernel(const ChunkList list, co
     lamb_step = static_cast<float>(c.lamb_step_size * trust);
   }
   double p_sq = 0.0, u_sq = 0.0;
-  size_t scalar_from = begin;
-  if (e.vector_ok) {
-    const size_t vec_end = begin + (end - begin) / kVec * kVec;
-    constexpr size_t stride = static_cast<size_t>(kThreads) * kVec;
-    for (size_t i = begin + threadIdx.x * kVec; i < vec_end; i += U * stride) {
-      process_vec<OP, U, STREAM>(e, c, i, stride, vec_end, lamb_step, p_sq, u_sq);
-    }
-    scalar_from = vec_end;
+  // Vector accesses where the arrays allow: from element 0 when all are 16-byte aligned (Lamb phase
+  // 1 takes only that case, so its per-thread sums keep their order), else from the elements
+  // where all are (vector_head), with the few elements before and after one at a time.
+  const int head = OP == kLambPhase1 ? (e.vector_ok ? 0 : -1) : e.vector_head;
+  size_t vec_begin = begin, vec_end = begin;  // none: every element one at a time
+  if (head >= 0) part_vector_range(begin, end, head, &vec_begin, &vec_end);
+  if (begin + threadIdx.x < vec_begin) process_one<OP>(e, c, begin + threadIdx.x, lamb_step, p_sq, u_sq);
+  constexpr size_t stride = static_cast<size_t>(kThreads) * kVec;
+  for (size_t i = vec_begin + threadIdx.x * kVec; i < vec_end; i += U * stride) {
+    process_vec<OP, U, STREAM>(e, c, i, stride, vec_end, lamb_step, p_sq, u_sq);
   }
-  for (size_t i = scalar_from + threadIdx.x; i < end; i += kThreads) process_one<OP>(e, c, i, lamb_step, p_sq, u_sq);
+  for (size_t i = vec_end + threadIdx.x; i < end; i += kThreads) process_one<OP>(e, c, i, lamb_step, p_sq, u_sq);
   if (OP == kLambPhase1) {
     const double total_p = block_sum_f64(p_sq);
     const double total_u = block_sum_f64(u_sq);
@@ -249,6 +251,20 @@ Status require_states(const char *what, const OptimizerSlice *slices, size_t cou
   return Status::Ok();
 }
 
+int element_bytes(int dtype) { return dtype == DSRT_F32 ? 4 : 2; }
+
+// vector_ok (every array 16-byte aligned) and vector_head (the elements where all are) of an entry
+// from its arrays in use.
+void set_vector_access(TensorEntry &e) {
+  const void *arrays[] = {e.master, e.grad, e.state0, e.state1, e.working, e.update};
+  const int bytes[] = {element_bytes(e.master_dtype), element_bytes(e.grad_dtype), element_bytes(e.state_dtype),
+                       element_bytes(e.state_dtype), e.working ? element_bytes(e.working_dtype) : 2, 4};
+  bool ok = true;
+  for (const void *a : arrays) ok = ok && (a == nullptr || aligned16(a));
+  e.vector_ok = ok ? 1 : 0;
+  e.vector_head = static_cast<int8_t>(vector_head(arrays, bytes, 6));
+}
+
 // Table entries for the slices; update[i] is the Lamb buffer (or null).
 std::vector<TensorEntry> make_entries(const OptimizerSlice *slices, size_t count, const float *const *updates,
                                       bool with_working) {
@@ -269,18 +285,15 @@ std::vector<TensorEntry> make_entries(const OptimizerSlice *slices, size_t count
     e.n = s.n;
     e.grad_dtype = static_cast<int8_t>(s.grad ? s.grad_dtype : DSRT_F32);
     e.working_dtype = static_cast<int8_t>(e.working ? static_cast<int>(s.working_dtype) : -1);
-    const void *arrays[] = {e.master, e.grad, e.state0, e.state1, e.working, e.update};
-    bool ok = true;
-    for (const void *a : arrays) ok = ok && (a == nullptr || aligned16(a));
-    e.vector_ok = ok ? 1 : 0;
+    set_vector_access(e);
   }
   return entries;
 }
 
 // The step launch in force (cuda_set_step_launch; the defaults were chosen by measurement, see
 // docs/cuda.md).
-constexpr int kDefaultPartShift = 2;
-constexpr int kDefaultUnroll = 1;
+constexpr int kDefaultPartShift = 4;
+constexpr int kDefaultUnroll = 2;
 constexpr bool kDefaultStreaming = false;
 std::atomic<int> g_part_shift{kDefaultPartShift};
 std::atomic<int> g_unroll{kDefaultUnroll};
@@ -296,8 +309,9 @@ Status launch_variant(const std::vector<TensorEntry> &entries, const StepConsts 
   });
 }
 
-// Adam takes every variant of cuda_set_step_launch (the benchmark measures them); the other ops are
-// built with the default unroll and cache hints only and take the parts per chunk.
+// Adam takes every variant of cuda_set_step_launch (the benchmark measures them); SGD, Adagrad,
+// Lion and Lamb phase 2 are built with the default unroll and cache hints and take the parts per
+// chunk; Lamb phase 1 keeps its launch of before (one block per chunk, unroll 1, plain accesses).
 template <int OP>
 Status launch_lists(const std::vector<TensorEntry> &entries, const StepConsts &c, cudaStream_t stream) {
   if constexpr (OP == kAdam) {
@@ -307,6 +321,8 @@ Status launch_lists(const std::vector<TensorEntry> &entries, const StepConsts &c
       return streaming ? launch_variant<OP, 2, true>(entries, c, stream) : launch_variant<OP, 2, false>(entries, c, stream);
     }
     return streaming ? launch_variant<OP, 1, true>(entries, c, stream) : launch_variant<OP, 1, false>(entries, c, stream);
+  } else if constexpr (OP == kLambPhase1) {
+    return launch_variant<OP, 1, false>(entries, c, stream);  // as measured before; its one block per chunk needs occupancy
   } else {
     return launch_variant<OP, kDefaultUnroll, kDefaultStreaming>(entries, c, stream);
   }
@@ -464,6 +480,7 @@ Status cuda_lamb_phase2_many(const OptimizerHyper &hyper, const OptimizerSlice *
     e.grad = nullptr;
     e.state0 = nullptr;
     e.state1 = nullptr;
+    set_vector_access(e);
   }
   StepConsts c{};
   c.lr = hyper.lr;

@@ -116,9 +116,12 @@ void expect_close(const std::string &what, const void *dev, const std::vector<un
 }
 
 // Sizes that cover a lone element, a partial vector, exact vectors, chunk boundaries and several
-// chunks; slice 2 is misaligned (element-wise path).
-const std::vector<size_t> kSizes = {1, 7, 4099, 8, 65536, 2 * 65536 + 5, 300001};
+// chunks. Slice 2: every array one element off 16-byte alignment (the optimizers' vector accesses
+// from element 7, the norm's element-wise path); slice 7: only the master off (the arrays
+// disagree: the optimizers' element-wise path).
+const std::vector<size_t> kSizes = {1, 7, 4099, 8, 65536, 2 * 65536 + 5, 300001, 70003};
 constexpr size_t kMisalignedSlice = 2;
+constexpr size_t kDisagreeingSlice = 7;
 
 // One slice on both sides.
 struct SliceData {
@@ -191,7 +194,7 @@ std::vector<SliceData> make_slices(std::mt19937 &rng, const std::vector<size_t> 
     const size_t shift4 = k == kMisalignedSlice ? 4 : 0, shift2 = k == kMisalignedSlice ? 2 : 0;
     s.master = random_array(rng, DSRT_F32, s.n, -1.0f, 1.0f);
     s.grad = random_array(rng, grad_dtype, s.n, -2.0f, 2.0f);
-    s.d_master = upload(s.master.data(), s.master.size(), shift4);
+    s.d_master = upload(s.master.data(), s.master.size(), k == kDisagreeingSlice ? 4 : shift4);
     s.d_grad = upload(s.grad.data(), s.grad.size(), grad_dtype == DSRT_F32 ? shift4 : shift2);
     if (states >= 1) {
       s.s0 = positive_s0 ? random_array(rng, DSRT_F32, s.n, 0.01f, 1.0f) : random_array(rng, DSRT_F32, s.n, -0.1f, 0.1f);
@@ -397,8 +400,9 @@ TEST(CudaKernels, StepLaunchSettingsGiveTheSameBits) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   // Sizes: a lone element, a partial vector, parts of a chunk, a short last chunk cut into empty
-  // and partial parts, several chunks; slice 2 misaligned (element-wise path).
-  const std::vector<size_t> sizes = {1, 7, 4099, 2048 + 8, 65536 + 2048 + 3, 3 * 65536 + 40000};
+  // and partial parts, several chunks; slice 2 one element off alignment, slice 7 (kDisagreeingSlice)
+  // with arrays that disagree (element-wise path).
+  const std::vector<size_t> sizes = {1, 7, 4099, 2048 + 8, 65536 + 2048 + 3, 3 * 65536 + 40000, 5000, 65536 + 4467};
   const std::pair<dsrt_dtype, int> dtypes[] = {{DSRT_F32, -1}, {DSRT_BF16, int(DSRT_BF16)}, {DSRT_F16, int(DSRT_F32)}};
   for (const Variant &v : step_variants()) {
     // Adam takes every setting; the other optimizers only the blocks per chunk.
