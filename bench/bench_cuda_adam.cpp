@@ -5,7 +5,8 @@
 // The floor: bytes the update must move per parameter (read p, g, m, v; write p, m, v; plus the
 // 16-bit working copy) divided by the device-to-device cudaMemcpy bandwidth (read + write bytes
 // per second) over a buffer much larger than L2. Layouts: one flat tensor, and the same count of
-// parameters split into many tensors of mixed sizes (the multi-tensor chunk list at work). Data:
+// parameters split into many tensors of mixed sizes (the multi-tensor chunk list at work), views
+// at arbitrary element offsets into the same buffers, as an engine's tensor pieces are. Data:
 // random values (never zeros), the gradients in each configuration's dtype.
 //
 // Each launch setting of the step kernel (cuda_set_step_launch: blocks per 65536-element chunk,

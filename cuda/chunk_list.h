@@ -1,13 +1,14 @@
 // chunk_list.h -- the chunk list's layout and planning, plain C++ (no CUDA headers) so that the
 // CPU tests check the plan the kernels read. Tensors are cut into 65536-element chunks, one block
-// per chunk. A launch takes up to kMaxTensors tensor slots, passed by value as the kernel argument
-// (about 28 KiB: CUDA 12.1+ allows 32 KiB on Volta and newer, every GPU we build for): each slot
-// holds a tensor's arrays, its first block in the launch and the chunk that block takes; a block
-// finds its slot by a binary search over the slots' first blocks. With no per-block map in the
-// argument, a launch is limited by its tensors only: 512 tensors of 3 chunks take 2 launches of
-// 960 and 576 blocks (the per-block map allowed 110 tensors and 2048 blocks: 5 launches of ~330
-// blocks, under a third of an H200's resident blocks, 0.41 of the HBM floor on 2026-11-25). A
-// tensor that does not fit in a launch continues in the next one.
+// per chunk (the element-wise optimizer kernels may cut a chunk further: chunk_part_range). A
+// launch takes up to kMaxTensors tensor slots, passed by value as the kernel argument (about 28
+// KiB: CUDA 12.1+ allows 32 KiB on Volta and newer, every GPU we build for): each slot holds a
+// tensor's arrays, its first block in the launch and the chunk that block takes; a block finds its
+// slot by a binary search over the slots' first blocks. With no per-block map in the argument, a
+// launch is limited by its tensors only: 512 tensors of 3 chunks take 2 launches of 960 and 576
+// blocks (the per-block map allowed 110 tensors and 2048 blocks: 5 launches of ~330 blocks, under
+// a third of an H200's resident blocks, 0.41 of the HBM floor on 2026-11-25). A tensor that does
+// not fit in a launch continues in the next one.
 #pragma once
 
 #include <cstddef>
