@@ -148,7 +148,7 @@ def trace_figures(trace_path):
     with open(trace_path) as f:
         events = json.load(f).get("traceEvents", [])
     copies, kernels = [], []
-    counts = {"HtoD": 0, "DtoH": 0, "kernel": 0}
+    counts = {"HtoD": 0, "DtoH": 0, "kernel": 0, "HtoD_bytes": 0, "DtoH_bytes": 0}
     for ev in events:
         if ev.get("ph") != "X" or "dur" not in ev:
             continue
@@ -163,6 +163,7 @@ def trace_figures(trace_path):
                 if kind in name:
                     copies.append(span)
                     counts[kind] += 1
+                    counts[kind + "_bytes"] += int((ev.get("args") or {}).get("bytes", 0))
     figures = overlap_figures(copies, kernels)
     figures["counts"] = counts
     return figures
@@ -485,19 +486,20 @@ def table(rows, args):
         lines += ["", "Offload transfers (HtoD + DtoH copies) against GPU kernels, from the profiled steps:", "",
                   "| case | engine | copies per step (ms) | hidden under kernels | exposed per step (ms) | "
                   "exposed / step wall | kernel busy per step (ms) | step wall (ms, profiled) | copies HtoD / DtoH "
-                  "/ kernels |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "/ kernels | MB per step HtoD / DtoH |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for case, runs in rows:
             for engine in ENGINES:
                 r = next((r for r in runs[engine] if "profile" in r), None)
                 if r is None:
                     continue
                 p = r["profile"]
-                lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %d / %d / %d |" % (
+                lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %d / %d / %d | %.0f / %.0f |" % (
                     case, engine, fmt(per_step(r, "copy_total"), ".2f"),
                     fmt(hidden(r), ".1%"), fmt(per_step(r, "copy_exposed"), ".2f"), fmt(exposed_fraction(r), ".1%"),
                     fmt(per_step(r, "kernel_busy"), ".2f"), fmt(per_step(r, "wall_ms"), ".1f"),
-                    p["counts"]["HtoD"], p["counts"]["DtoH"], p["counts"]["kernel"]))
+                    p["counts"]["HtoD"], p["counts"]["DtoH"], p["counts"]["kernel"],
+                    p["counts"].get("HtoD_bytes", 0) / 1e6 / p["steps"], p["counts"].get("DtoH_bytes", 0) / 1e6 / p["steps"]))
     return lines + ([""] + ["- " + n for n in notes] if notes else [])
 
 

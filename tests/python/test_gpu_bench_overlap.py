@@ -42,8 +42,10 @@ def test_trace_figures_reads_copies_and_kernels(tmp_path):
     events = [
         {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 100.0, "dur": 50.0},
         {"ph": "X", "cat": "kernel", "name": "add", "ts": 140.0, "dur": 30.0},
-        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "ts": 90.0, "dur": 20.0},
-        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pinned)", "ts": 160.0, "dur": 40.0},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "ts": 90.0, "dur": 20.0,
+         "args": {"bytes": 1000}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pinned)", "ts": 160.0, "dur": 40.0,
+         "args": {"bytes": 3000}},
         {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoD (Device -> Device)", "ts": 0.0, "dur": 500.0},
         {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "ts": 0.0, "dur": 500.0},
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "ts": 80.0, "dur": 5.0},
@@ -52,7 +54,7 @@ def test_trace_figures_reads_copies_and_kernels(tmp_path):
     path = tmp_path / "trace.json"
     path.write_text(json.dumps({"traceEvents": events}))
     got = bench.trace_figures(str(path))
-    assert got["counts"] == {"HtoD": 1, "DtoH": 1, "kernel": 2}
+    assert got["counts"] == {"HtoD": 1, "DtoH": 1, "kernel": 2, "HtoD_bytes": 1000, "DtoH_bytes": 3000}
     # ms: copies 90..110 (10 us hidden) and 160..200 (10 us hidden); kernels 100..170.
     assert got["copy_total"] == pytest.approx(0.060)
     assert got["copy_hidden"] == pytest.approx(0.020)
