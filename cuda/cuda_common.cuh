@@ -123,6 +123,71 @@ __device__ inline void store8(void *base, int dtype, size_t i, const float x[kVe
   __stwb(reinterpret_cast<uint4 *>(static_cast<uint16_t *>(base) + i), make_uint4(pack(0), pack(1), pack(2), pack(3)));
 }
 
+// The same 8-element accesses in two steps, so that a kernel issues the loads of all its arrays
+// before it waits for any (load8 converts 16-bit data right after its load, which stalls the
+// next array's load behind it): load_raw8 only loads (fp32: both halves; 16-bit: the first),
+// unpack8 converts. STREAM: the evict-first cache hints (ld.global.cs, st.global.cs) for data read
+// and written once, else plain loads and write-back stores (as load8/store8).
+struct Raw8 {
+  uint4 a, b;
+};
+
+template <bool STREAM>
+__device__ inline uint4 load16(const void *p) {
+  if constexpr (STREAM) return __ldcs(static_cast<const uint4 *>(p));
+  else return *static_cast<const uint4 *>(p);
+}
+
+template <bool STREAM>
+__device__ inline void store16(void *p, uint4 v) {
+  if constexpr (STREAM) __stcs(static_cast<uint4 *>(p), v);
+  else __stwb(static_cast<uint4 *>(p), v);
+}
+
+template <bool STREAM>
+__device__ inline void load_raw8(const void *base, int dtype, size_t i, Raw8 &r) {
+  if (dtype == DSRT_F32) {
+    const float *f = static_cast<const float *>(base) + i;
+    r.a = load16<STREAM>(f);
+    r.b = load16<STREAM>(f + 4);
+  } else {
+    r.a = load16<STREAM>(static_cast<const uint16_t *>(base) + i);
+  }
+}
+
+__device__ inline void unpack8(const Raw8 &r, int dtype, float out[kVec]) {
+  if (dtype == DSRT_F32) {
+    out[0] = __uint_as_float(r.a.x); out[1] = __uint_as_float(r.a.y);
+    out[2] = __uint_as_float(r.a.z); out[3] = __uint_as_float(r.a.w);
+    out[4] = __uint_as_float(r.b.x); out[5] = __uint_as_float(r.b.y);
+    out[6] = __uint_as_float(r.b.z); out[7] = __uint_as_float(r.b.w);
+    return;
+  }
+  const uint32_t words[4] = {r.a.x, r.a.y, r.a.z, r.a.w};
+  for (int k = 0; k < 4; ++k) {
+    const uint16_t lo = static_cast<uint16_t>(words[k] & 0xffffu), hi = static_cast<uint16_t>(words[k] >> 16);
+    out[2 * k] = dtype == DSRT_F16 ? dev_fp16_to_float(lo) : dev_bf16_to_float(lo);
+    out[2 * k + 1] = dtype == DSRT_F16 ? dev_fp16_to_float(hi) : dev_bf16_to_float(hi);
+  }
+}
+
+// store8 with the cache hint chosen (the same rounding).
+template <bool STREAM>
+__device__ inline void store8_hinted(void *base, int dtype, size_t i, const float x[kVec]) {
+  if (dtype == DSRT_F32) {
+    float *f = static_cast<float *>(base) + i;
+    store16<STREAM>(f, make_uint4(__float_as_uint(x[0]), __float_as_uint(x[1]), __float_as_uint(x[2]), __float_as_uint(x[3])));
+    store16<STREAM>(f + 4, make_uint4(__float_as_uint(x[4]), __float_as_uint(x[5]), __float_as_uint(x[6]), __float_as_uint(x[7])));
+    return;
+  }
+  auto pack = [&](int k) -> uint32_t {
+    const uint16_t lo = dtype == DSRT_F16 ? dev_float_to_fp16(x[2 * k]) : dev_float_to_bf16(x[2 * k]);
+    const uint16_t hi = dtype == DSRT_F16 ? dev_float_to_fp16(x[2 * k + 1]) : dev_float_to_bf16(x[2 * k + 1]);
+    return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+  };
+  store16<STREAM>(static_cast<uint16_t *>(base) + i, make_uint4(pack(0), pack(1), pack(2), pack(3)));
+}
+
 // Sum over the block in a fixed tree (shuffles, then one warp over the warp sums), in double: the
 // same inputs give the same bits on every run, and the reductions' partial sums (squares of
 // floats are exact in double) carry double rounding only, as the CPU's per-chunk sums do.

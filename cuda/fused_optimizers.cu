@@ -77,47 +77,88 @@ __device__ inline float update_one(const StepConsts &c, float lamb_step, float g
   }
 }
 
-// W consecutive elements from i: W = kVec with 16-byte accesses, or W = 1.
-template <int OP, int W>
-__device__ inline void process(const TensorEntry &e, const StepConsts &c, size_t i, float lamb_step, double &p_sq,
-                               double &u_sq) {
-  float g[W], p[W], s0[W], s1[W], u[W];
-  auto load = [&](const void *base, int dtype, float *out) {
-    if constexpr (W == kVec) load8(base, dtype, i, out);
-    else out[0] = load_one(base, dtype, i);
-  };
-  auto store = [&](void *base, int dtype, const float *x) {
-    if constexpr (W == kVec) store8(base, dtype, i, x);
-    else store_one(base, dtype, i, x[0]);
-  };
+// One element at i (the element-wise path: arrays off 16-byte alignment, and the tail of a
+// part that is not a multiple of 8 elements).
+template <int OP>
+__device__ inline void process_one(const TensorEntry &e, const StepConsts &c, size_t i, float lamb_step, double &p_sq,
+                                   double &u_sq) {
   const bool read_s0 = uses_state0<OP>(c) && !(OP == kSgd && c.first_step);
-  load(e.master, e.master_dtype, p);
-  if (OP != kLambPhase2) load(e.grad, e.grad_dtype, g);
-  if (read_s0) load(e.state0, e.state_dtype, s0);
-  if (OP == kAdam || OP == kLambPhase1) load(e.state1, e.state_dtype, s1);
-  if (OP == kLambPhase2) load(e.update, DSRT_F32, u);
-#pragma unroll
-  for (int k = 0; k < W; ++k) {
-    if constexpr (OP == kLambPhase2) g[k] = 0.0f;
-    if (!read_s0) s0[k] = 0.0f;
-    p[k] = update_one<OP>(c, lamb_step, g[k], p[k], s0[k], s1[k], u[k], p_sq, u_sq);
-  }
-  if (uses_state0<OP>(c)) store(e.state0, e.state_dtype, s0);
-  if (OP == kAdam || OP == kLambPhase1) store(e.state1, e.state_dtype, s1);
+  float p = load_one(e.master, e.master_dtype, i);
+  float g = OP != kLambPhase2 ? load_one(e.grad, e.grad_dtype, i) : 0.0f;
+  float s0 = read_s0 ? load_one(e.state0, e.state_dtype, i) : 0.0f;
+  float s1 = 0.0f, u = 0.0f;
+  if (OP == kAdam || OP == kLambPhase1) s1 = load_one(e.state1, e.state_dtype, i);
+  if (OP == kLambPhase2) u = load_one(e.update, DSRT_F32, i);
+  p = update_one<OP>(c, lamb_step, g, p, s0, s1, u, p_sq, u_sq);
+  if (uses_state0<OP>(c)) store_one(e.state0, e.state_dtype, i, s0);
+  if (OP == kAdam || OP == kLambPhase1) store_one(e.state1, e.state_dtype, i, s1);
   if (OP == kLambPhase1) {
-    store(e.update, DSRT_F32, u);
+    store_one(e.update, DSRT_F32, i, u);
   } else {
-    store(e.master, e.master_dtype, p);
-    if (e.working_dtype >= 0) store(e.working, e.working_dtype, p);
+    store_one(e.master, e.master_dtype, i, p);
+    if (e.working_dtype >= 0) store_one(e.working, e.working_dtype, i, p);
   }
 }
 
-template <int OP>
-__global__ void __launch_bounds__(kThreads) step_kernel(const ChunkList list, const StepConsts c) {
-  size_t chunk = 0;
-  const TensorEntry &e = block_entry(list, &chunk);
-  const size_t begin = chunk * kChunk;
-  const size_t end = begin + kChunk < e.n ? begin + kChunk : e.n;
+// U groups of 8 consecutive elements at i, i + stride, ..., those below vec_end (the first always
+// is): the loads of every array of every group are issued before any is used, then the math, then
+// the stores. The elements of each thread are visited in the order of U = 1 (the Lamb partial
+// sums do not change with U).
+template <int OP, int U, bool STREAM>
+__device__ inline void process_vec(const TensorEntry &e, const StepConsts &c, size_t i, size_t stride, size_t vec_end,
+                                   float lamb_step, double &p_sq, double &u_sq) {
+  const bool read_s0 = uses_state0<OP>(c) && !(OP == kSgd && c.first_step);
+  Raw8 rp[U], rg[U], r0[U], r1[U], ru[U];
+  bool live[U];
+#pragma unroll
+  for (int k = 0; k < U; ++k) {
+    const size_t at = i + k * stride;
+    live[k] = k == 0 || at < vec_end;
+    if (!live[k]) continue;
+    load_raw8<STREAM>(e.master, e.master_dtype, at, rp[k]);
+    if (OP != kLambPhase2) load_raw8<STREAM>(e.grad, e.grad_dtype, at, rg[k]);
+    if (read_s0) load_raw8<STREAM>(e.state0, e.state_dtype, at, r0[k]);
+    if (OP == kAdam || OP == kLambPhase1) load_raw8<STREAM>(e.state1, e.state_dtype, at, r1[k]);
+    if (OP == kLambPhase2) load_raw8<STREAM>(e.update, DSRT_F32, at, ru[k]);
+  }
+#pragma unroll
+  for (int k = 0; k < U; ++k) {
+    if (!live[k]) continue;
+    const size_t at = i + k * stride;
+    float g[kVec], p[kVec], s0[kVec], s1[kVec], u[kVec];
+    unpack8(rp[k], e.master_dtype, p);
+    if (OP != kLambPhase2) unpack8(rg[k], e.grad_dtype, g);
+    if (read_s0) unpack8(r0[k], e.state_dtype, s0);
+    if (OP == kAdam || OP == kLambPhase1) unpack8(r1[k], e.state_dtype, s1);
+    if (OP == kLambPhase2) unpack8(ru[k], DSRT_F32, u);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      if constexpr (OP == kLambPhase2) g[j] = 0.0f;
+      if (!read_s0) s0[j] = 0.0f;
+      p[j] = update_one<OP>(c, lamb_step, g[j], p[j], s0[j], s1[j], u[j], p_sq, u_sq);
+    }
+    if (uses_state0<OP>(c)) store8_hinted<STREAM>(e.state0, e.state_dtype, at, s0);
+    if (OP == kAdam || OP == kLambPhase1) store8_hinted<STREAM>(e.state1, e.state_dtype, at, s1);
+    if (OP == kLambPhase1) {
+      store8_hinted<STREAM>(e.update, DSRT_F32, at, u);
+    } else {
+      store8_hinted<STREAM>(e.master, e.master_dtype, at, p);
+      if (e.working_dtype >= 0) store8_hinted<STREAM>(e.working, e.working_dtype, at, p);
+    }
+  }
+}
+
+// Block b takes part b & (2^part_shift - 1) of the chunk list's block b >> part_shift
+// (chunk_part_range). Lamb phase 1 launches with part_shift 0: its partial sums are per chunk.
+template <int OP, int U, bool STREAM>
+__global__ void __launch_bounds__(kThreads) step_kernel(const ChunkList list, const StepConsts c, int part_shift) {
+  const int block = static_cast<int>(blockIdx.x >> part_shift);
+  const int slot = chunk_slot(list, block);
+  const size_t chunk = chunk_of_block(list, slot, block);
+  const TensorEntry &e = list.tensors[slot];
+  size_t begin = 0, end = 0;
+  chunk_part_range(chunk, static_cast<int>(blockIdx.x & ((1u << part_shift) - 1u)), part_shift, e.n, &begin, &end);
+  if (begin == end) return;  // a part past the end of a short last chunk (every thread leaves)
   float lamb_step = 0.0f;
   if (OP == kLambPhase2) {
     const double pn = c.param_norms[e.global_index], un = c.update_norms[e.global_index];
@@ -130,15 +171,18 @@ __global__ void __launch_bounds__(kThreads) step_kernel(const ChunkList list, co
     lamb_step = static_cast<float>(c.lamb_step_size * trust);
   }
   double p_sq = 0.0, u_sq = 0.0;
-  size_t scalar_from = begin;
-  if (e.vector_ok) {
-    const size_t vec_end = begin + (end - begin) / kVec * kVec;
-    for (size_t i = begin + threadIdx.x * kVec; i < vec_end; i += kThreads * kVec) {
-      process<OP, kVec>(e, c, i, lamb_step, p_sq, u_sq);
-    }
-    scalar_from = vec_end;
+  // Vector accesses where the arrays allow: from element 0 when all are 16-byte aligned (Lamb phase
+  // 1 takes only that case, so its per-thread sums keep their order), else from the elements
+  // where all are (vector_head), with the few elements before and after one at a time.
+  const int head = OP == kLambPhase1 ? (e.vector_ok ? 0 : -1) : e.vector_head;
+  size_t vec_begin = begin, vec_end = begin;  // none: every element one at a time
+  if (head >= 0) part_vector_range(begin, end, head, &vec_begin, &vec_end);
+  if (begin + threadIdx.x < vec_begin) process_one<OP>(e, c, begin + threadIdx.x, lamb_step, p_sq, u_sq);
+  constexpr size_t stride = static_cast<size_t>(kThreads) * kVec;
+  for (size_t i = vec_begin + threadIdx.x * kVec; i < vec_end; i += U * stride) {
+    process_vec<OP, U, STREAM>(e, c, i, stride, vec_end, lamb_step, p_sq, u_sq);
   }
-  for (size_t i = scalar_from + threadIdx.x; i < end; i += kThreads) process<OP, 1>(e, c, i, lamb_step, p_sq, u_sq);
+  for (size_t i = vec_end + threadIdx.x; i < end; i += kThreads) process_one<OP>(e, c, i, lamb_step, p_sq, u_sq);
   if (OP == kLambPhase1) {
     const double total_p = block_sum_f64(p_sq);
     const double total_u = block_sum_f64(u_sq);
@@ -207,6 +251,20 @@ Status require_states(const char *what, const OptimizerSlice *slices, size_t cou
   return Status::Ok();
 }
 
+int element_bytes(int dtype) { return dtype == DSRT_F32 ? 4 : 2; }
+
+// vector_ok (every array 16-byte aligned) and vector_head (the elements where all are) of an entry
+// from its arrays in use.
+void set_vector_access(TensorEntry &e) {
+  const void *arrays[] = {e.master, e.grad, e.state0, e.state1, e.working, e.update};
+  const int bytes[] = {element_bytes(e.master_dtype), element_bytes(e.grad_dtype), element_bytes(e.state_dtype),
+                       element_bytes(e.state_dtype), e.working ? element_bytes(e.working_dtype) : 2, 4};
+  bool ok = true;
+  for (const void *a : arrays) ok = ok && (a == nullptr || aligned16(a));
+  e.vector_ok = ok ? 1 : 0;
+  e.vector_head = static_cast<int8_t>(vector_head(arrays, bytes, 6));
+}
+
 // Table entries for the slices; update[i] is the Lamb buffer (or null).
 std::vector<TensorEntry> make_entries(const OptimizerSlice *slices, size_t count, const float *const *updates,
                                       bool with_working) {
@@ -227,21 +285,47 @@ std::vector<TensorEntry> make_entries(const OptimizerSlice *slices, size_t count
     e.n = s.n;
     e.grad_dtype = static_cast<int8_t>(s.grad ? s.grad_dtype : DSRT_F32);
     e.working_dtype = static_cast<int8_t>(e.working ? static_cast<int>(s.working_dtype) : -1);
-    const void *arrays[] = {e.master, e.grad, e.state0, e.state1, e.working, e.update};
-    bool ok = true;
-    for (const void *a : arrays) ok = ok && (a == nullptr || aligned16(a));
-    e.vector_ok = ok ? 1 : 0;
+    set_vector_access(e);
   }
   return entries;
 }
 
-template <int OP>
-Status launch_lists(const std::vector<TensorEntry> &entries, const StepConsts &c, cudaStream_t stream) {
+// The step launch in force (cuda_set_step_launch; the defaults were chosen by measurement, see
+// docs/cuda.md).
+constexpr int kDefaultPartShift = 4;
+constexpr int kDefaultUnroll = 2;
+constexpr bool kDefaultStreaming = false;
+std::atomic<int> g_part_shift{kDefaultPartShift};
+std::atomic<int> g_unroll{kDefaultUnroll};
+std::atomic<bool> g_streaming{kDefaultStreaming};
+
+template <int OP, int U, bool STREAM>
+Status launch_variant(const std::vector<TensorEntry> &entries, const StepConsts &c, cudaStream_t stream) {
+  const int shift = OP == kLambPhase1 ? 0 : g_part_shift.load(std::memory_order_relaxed);
   return for_each_chunk_list(entries.data(), entries.size(), [&](const ChunkList &list, int blocks) {
-    step_kernel<OP><<<blocks, kThreads, 0, stream>>>(list, c);
+    step_kernel<OP, U, STREAM><<<static_cast<unsigned>(blocks) << shift, kThreads, 0, stream>>>(list, c, shift);
     DSRT_CUDA_CHECK_LAUNCH(op_name(OP));
     return Status::Ok();
   });
+}
+
+// Adam takes every variant of cuda_set_step_launch (the benchmark measures them); SGD, Adagrad,
+// Lion and Lamb phase 2 are built with the default unroll and cache hints and take the parts per
+// chunk; Lamb phase 1 keeps its launch of before (one block per chunk, unroll 1, plain accesses).
+template <int OP>
+Status launch_lists(const std::vector<TensorEntry> &entries, const StepConsts &c, cudaStream_t stream) {
+  if constexpr (OP == kAdam) {
+    const int unroll = g_unroll.load(std::memory_order_relaxed);
+    const bool streaming = g_streaming.load(std::memory_order_relaxed);
+    if (unroll == 2) {
+      return streaming ? launch_variant<OP, 2, true>(entries, c, stream) : launch_variant<OP, 2, false>(entries, c, stream);
+    }
+    return streaming ? launch_variant<OP, 1, true>(entries, c, stream) : launch_variant<OP, 1, false>(entries, c, stream);
+  } else if constexpr (OP == kLambPhase1) {
+    return launch_variant<OP, 1, false>(entries, c, stream);  // as measured before; its one block per chunk needs occupancy
+  } else {
+    return launch_variant<OP, kDefaultUnroll, kDefaultStreaming>(entries, c, stream);
+  }
 }
 
 std::atomic<int> g_tensor_limit{kMaxTensors};
@@ -263,6 +347,30 @@ Status cuda_set_launch_limits(int max_tensors, int max_blocks) {
   }
   g_tensor_limit.store(max_tensors);
   g_block_limit.store(max_blocks);
+  return Status::Ok();
+}
+
+CudaStepLaunch cuda_step_launch_default() {
+  return CudaStepLaunch{1 << kDefaultPartShift, kDefaultUnroll, kDefaultStreaming};
+}
+
+CudaStepLaunch cuda_step_launch() {
+  return CudaStepLaunch{1 << g_part_shift.load(), g_unroll.load(), g_streaming.load()};
+}
+
+Status cuda_set_step_launch(const CudaStepLaunch &launch) {
+  int shift = 0;
+  while (shift <= kMaxPartShift && (1 << shift) != launch.blocks_per_chunk) ++shift;
+  if (shift > kMaxPartShift) {
+    return Error(DSRT_ERR_INVALID_ARGUMENT, "cuda_set_step_launch: %d blocks per chunk; give a power of two from 1 to %d",
+                 launch.blocks_per_chunk, 1 << kMaxPartShift);
+  }
+  if (launch.unroll != 1 && launch.unroll != 2) {
+    return Error(DSRT_ERR_INVALID_ARGUMENT, "cuda_set_step_launch: unroll %d; give 1 or 2", launch.unroll);
+  }
+  g_part_shift.store(shift);
+  g_unroll.store(launch.unroll);
+  g_streaming.store(launch.streaming_hints);
   return Status::Ok();
 }
 
@@ -372,6 +480,7 @@ Status cuda_lamb_phase2_many(const OptimizerHyper &hyper, const OptimizerSlice *
     e.grad = nullptr;
     e.state0 = nullptr;
     e.state1 = nullptr;
+    set_vector_access(e);
   }
   StepConsts c{};
   c.lr = hyper.lr;

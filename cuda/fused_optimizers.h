@@ -9,9 +9,10 @@
 // rounded to float once, and the same float operation order (explicit fused multiply-adds), so
 // fp32 results match the CPU kernels to rounding.
 //
-// Many tensors go to one launch through a chunk list (65536-element chunks; up to 110 tensors and
-// 2048 chunks per launch, more launches as needed); 16-byte accesses where every array of a tensor
-// is 16-byte aligned, element accesses otherwise.
+// Many tensors go to one launch through a chunk list (65536-element chunks; up to 320 tensors per
+// launch, more launches as needed); 16-byte accesses where every array of a tensor is 16-byte
+// aligned at the same element (views at one offset into aligned buffers: a few elements one at a
+// time first), element accesses otherwise.
 #pragma once
 
 #include <cstddef>
@@ -74,8 +75,26 @@ Status cuda_convert_scaled(const void *src, dsrt_dtype src_dtype, void *dst, dsr
 // dst[i] += src[i] * scale, dst fp32.
 Status cuda_accumulate(float *dst, const void *src, dsrt_dtype src_dtype, size_t n, float scale, void *stream);
 
-// Lowers the per-launch chunk-list limits (at most 110 tensors, 2048 chunks) so that tests split
-// launches with small data; cuda_set_launch_limits(110, 2048) restores them. Process-wide.
+// How the element-wise optimizer kernels are launched (process-wide; the benchmark measures each
+// setting in one run): blocks_per_chunk blocks share each 65536-element chunk (a power of two, 1 to
+// 32), unroll (1 or 2) groups of 8 elements per thread loaded before use, and the evict-first
+// cache hints on every load and store. Results do not depend on the setting (every element's
+// arithmetic is the same). unroll and streaming_hints apply to Adam/AdamW; SGD, Adagrad, Lion and
+// Lamb phase 2 are built with the default's; Lamb phase 1 keeps one block per chunk, unroll 1 and
+// plain accesses (its partial sums are per chunk, in a fixed order). INVALID_ARGUMENT for a value
+// out of range.
+struct CudaStepLaunch {
+  int blocks_per_chunk = 1;
+  int unroll = 1;
+  bool streaming_hints = false;
+};
+CudaStepLaunch cuda_step_launch_default();
+CudaStepLaunch cuda_step_launch();
+Status cuda_set_step_launch(const CudaStepLaunch &launch);
+
+// Lowers the per-launch chunk-list limits (at most kMaxTensors tensors and kMaxBlocks chunks, see
+// cuda/chunk_list.h) so that tests split launches with small data; setting those restores them.
+// Process-wide.
 Status cuda_set_launch_limits(int max_tensors, int max_blocks);
 
 }  // namespace dsrt

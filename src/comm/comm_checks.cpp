@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "util/env_number.h"
 #include "util/half.h"
 #include "util/log.h"
 
@@ -77,18 +78,8 @@ const char *reduce_op_name(ReduceOp op) {
 }
 
 double comm_timeout_seconds_from_env() {
-  const char *text = std::getenv("DSRT_COMM_TIMEOUT_S");
-  if (text == nullptr || *text == '\0') return kDefaultTimeoutSeconds;
-  char *end = nullptr;
-  errno = 0;
-  double seconds = std::strtod(text, &end);
-  if (errno != 0 || end == text || *end != '\0' || !std::isfinite(seconds) || seconds <= 0) {
-    log_warn_once("DSRT_COMM_TIMEOUT_S", Format("DSRT_COMM_TIMEOUT_S='%s' is not a positive number of seconds; "
-                                                "using the default of %.0f s",
-                                                text, kDefaultTimeoutSeconds));
-    return kDefaultTimeoutSeconds;
-  }
-  return seconds;
+  // A day: far above any legitimate collective, far below where seconds stop fitting a deadline.
+  return env_number("DSRT_COMM_TIMEOUT_S", kDefaultTimeoutSeconds, {0.001, 86400.0, false, "seconds"});
 }
 
 void comm_set_timeout_seconds(double seconds) {

@@ -192,7 +192,9 @@ TEST(ConfigDeepSpeedRules, DeepSpeedJsonLeavesOutWhatDeepSpeedWouldRefuse) {
   EXPECT_TRUE(contains(apart, "optimizer.params.eps = 1e-08  (default dsrt applies"));
   EXPECT_TRUE(contains(apart, "scheduler.params.warmup_max_lr = 0.001"));
   for (const KeySpec &spec : all_keys()) {
-    if (spec.dsrt_only) EXPECT_TRUE(contains(apart, spec.path + " = ")) << spec.path;
+    if (spec.dsrt_only) {
+      EXPECT_TRUE(contains(apart, spec.path + " = ")) << spec.path;
+    }
   }
   // It reads back as the same config.
   auto again = parse_ok(json);

@@ -16,6 +16,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_norm_order.h"
@@ -115,9 +116,12 @@ void expect_close(const std::string &what, const void *dev, const std::vector<un
 }
 
 // Sizes that cover a lone element, a partial vector, exact vectors, chunk boundaries and several
-// chunks; slice 2 is misaligned (element-wise path).
-const std::vector<size_t> kSizes = {1, 7, 4099, 8, 65536, 2 * 65536 + 5, 300001};
+// chunks. Slice 2: every array one element off 16-byte alignment (the optimizers' vector accesses
+// from element 7, the norm's element-wise path); slice 7: only the master off (the arrays
+// disagree: the optimizers' element-wise path).
+const std::vector<size_t> kSizes = {1, 7, 4099, 8, 65536, 2 * 65536 + 5, 300001, 70003};
 constexpr size_t kMisalignedSlice = 2;
+constexpr size_t kDisagreeingSlice = 7;
 
 // One slice on both sides.
 struct SliceData {
@@ -190,7 +194,7 @@ std::vector<SliceData> make_slices(std::mt19937 &rng, const std::vector<size_t> 
     const size_t shift4 = k == kMisalignedSlice ? 4 : 0, shift2 = k == kMisalignedSlice ? 2 : 0;
     s.master = random_array(rng, DSRT_F32, s.n, -1.0f, 1.0f);
     s.grad = random_array(rng, grad_dtype, s.n, -2.0f, 2.0f);
-    s.d_master = upload(s.master.data(), s.master.size(), shift4);
+    s.d_master = upload(s.master.data(), s.master.size(), k == kDisagreeingSlice ? 4 : shift4);
     s.d_grad = upload(s.grad.data(), s.grad.size(), grad_dtype == DSRT_F32 ? shift4 : shift2);
     if (states >= 1) {
       s.s0 = positive_s0 ? random_array(rng, DSRT_F32, s.n, 0.01f, 1.0f) : random_array(rng, DSRT_F32, s.n, -0.1f, 0.1f);
@@ -379,6 +383,67 @@ TEST(CudaKernels, ChunkListsSplitAcrossLaunches) {
     double g;
     std::memcpy(&g, got.data() + k * 8, 8);
     EXPECT_NEAR(g, want, 1e-5 * want) << "sum of squares, tensor " << k << " of " << slices[k].n;
+  }
+#endif
+}
+
+// Every launch setting of the step kernel (blocks per chunk, unroll, cache hints) gives the same
+// bits as the default on the same random inputs, for every optimizer and the 16-bit paths, and
+// the default's results match the CPU (OptimizerStepsMatchTheCpu): the setting changes which
+// block and thread take an element, never its arithmetic.
+TEST(CudaKernels, StepLaunchSettingsGiveTheSameBits) {
+  DSRT_REQUIRE_GPU();
+#ifdef DSRT_HAVE_CUDA
+  struct Restore {
+    ~Restore() { (void)cuda_set_step_launch(cuda_step_launch_default()); }
+  } restore;
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  // Sizes: a lone element, a partial vector, parts of a chunk, a short last chunk cut into empty
+  // and partial parts, several chunks; slice 2 one element off alignment, slice 7 (kDisagreeingSlice)
+  // with arrays that disagree (element-wise path).
+  const std::vector<size_t> sizes = {1, 7, 4099, 2048 + 8, 65536 + 2048 + 3, 3 * 65536 + 40000, 5000, 65536 + 4467};
+  const std::pair<dsrt_dtype, int> dtypes[] = {{DSRT_F32, -1}, {DSRT_BF16, int(DSRT_BF16)}, {DSRT_F16, int(DSRT_F32)}};
+  for (const Variant &v : step_variants()) {
+    // Adam takes every setting; the other optimizers only the blocks per chunk.
+    const bool adam = v.hyper.type == OptimizerType::Adam || v.hyper.type == OptimizerType::AdamW;
+    std::vector<CudaStepLaunch> launches;
+    for (int bpc = 1; bpc <= 32; bpc *= 2)
+      for (int unroll : {1, 2})
+        for (bool hints : {false, true})
+          if (adam || (unroll == 1 && !hints)) launches.push_back(CudaStepLaunch{bpc, unroll, hints});
+    for (const std::pair<dsrt_dtype, int> &dt : dtypes) {
+      const dsrt_dtype gd = dt.first;
+      const int working = dt.second;
+      const std::string what = std::string(v.name) + ", grad " + dtype_name(gd);
+      // Results under one setting: every output array's bytes, from the same inputs each time.
+      auto run = [&](const CudaStepLaunch &l) {
+        check(cuda_set_step_launch(l));
+        std::mt19937 rng(seed);
+        std::vector<SliceData> slices = make_slices(rng, sizes, gd, working, v.states, v.hyper.type == OptimizerType::Adagrad);
+        std::vector<OptimizerSlice> cpu, dev;
+        fill_views(slices, gd, working, &cpu, &dev);
+        check(cuda_optimizer_step_many(v.hyper, dev.data(), dev.size(), 0.37f, nullptr));
+        std::vector<std::vector<unsigned char>> out;
+        for (const SliceData &s : slices) {
+          out.push_back(download(s.d_master.ptr(), s.n * 4));
+          if (!s.s0.empty()) out.push_back(download(s.d_s0.ptr(), s.n * 4));
+          if (!s.s1.empty()) out.push_back(download(s.d_s1.ptr(), s.n * 4));
+          if (working >= 0) out.push_back(download(s.d_working.ptr(), s.n * dtype_size(static_cast<dsrt_dtype>(working))));
+        }
+        return out;
+      };
+      const auto want = run(cuda_step_launch_default());
+      for (const CudaStepLaunch &l : launches) {
+        const auto got = run(l);
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t a = 0; a < got.size(); ++a) {
+          EXPECT_TRUE(got[a] == want[a]) << what << ": output array " << a << " differs with " << l.blocks_per_chunk
+                                         << " blocks per chunk, unroll " << l.unroll << (l.streaming_hints ? ", evict-first" : "");
+        }
+        if (HasFailure()) return;
+      }
+    }
   }
 #endif
 }
@@ -736,6 +801,16 @@ TEST(CudaKernels, LaunchersRejectBadArguments) {
   EXPECT_EQ(cuda_set_launch_limits(0, 10).code(), DSRT_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(cuda_set_launch_limits(5, cuda_kernels::kMaxBlocks + 1).code(), DSRT_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(cuda_set_launch_limits(cuda_kernels::kMaxTensors + 1, 5).code(), DSRT_ERR_INVALID_ARGUMENT);
+  for (const CudaStepLaunch &l : {CudaStepLaunch{0, 1, false}, CudaStepLaunch{3, 1, false}, CudaStepLaunch{64, 1, false},
+                                  CudaStepLaunch{4, 0, false}, CudaStepLaunch{4, 3, true}}) {
+    const Status st = cuda_set_step_launch(l);
+    EXPECT_EQ(st.code(), DSRT_ERR_INVALID_ARGUMENT) << l.blocks_per_chunk << " blocks per chunk, unroll " << l.unroll;
+    EXPECT_NE(st.message().find("give"), std::string::npos) << st.message();
+  }
+  const CudaStepLaunch now = cuda_step_launch(), def = cuda_step_launch_default();
+  EXPECT_EQ(now.blocks_per_chunk, def.blocks_per_chunk);  // the refused settings changed nothing
+  EXPECT_EQ(now.unroll, def.unroll);
+  EXPECT_EQ(now.streaming_hints, def.streaming_hints);
 #endif
 }
 

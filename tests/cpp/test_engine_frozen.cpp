@@ -245,7 +245,9 @@ TEST(EngineFrozen, OffloadParamMovesTheBaseOffTheDevice) {
         }
         const size_t entry = off.engine->frozen().coordinator_entry(0);
         EXPECT_EQ(off.engine->param_coordinator()->prefetch_hits(entry), 2);
-        if (nvme) EXPECT_GT(off.engine->param_coordinator()->swap_in_stats().bytes_read, base_bytes);
+        if (nvme) {
+          EXPECT_GT(off.engine->param_coordinator()->swap_in_stats().bytes_read, base_bytes);
+        }
         ASSERT_TRUE(save_checkpoint(*off.engine, dir, "t").ok());
         ASSERT_TRUE(save_checkpoint(*ref.engine, dir, "r").ok());
         for (int64_t s = 3; s < 5; ++s) {

@@ -493,7 +493,19 @@ TEST(Validation, RequiredParamsNameTheKey) {
   expect_config_error(c, "scheduler.params.warmup_num_steps");
   c.warmup_num_steps = 0;
   std::unique_ptr<LrScheduler> zero_warmup;
-  EXPECT_TRUE(make_lr_scheduler(c, 0.1, 0.9, &zero_warmup).ok());
+  ASSERT_TRUE(make_lr_scheduler(c, 0.1, 0.9, &zero_warmup).ok());
+  for (int64_t warmup : {1, 2}) {  // DeepSpeed 0.19.8 refuses 0; dsrt runs its max(2, n) schedule
+    SchedulerConfig same = c;
+    same.warmup_num_steps = warmup;
+    std::unique_ptr<LrScheduler> reference;
+    ASSERT_TRUE(make_lr_scheduler(same, 0.1, 0.9, &reference).ok());
+    for (int it = 0; it < 4; ++it) {
+      EXPECT_EQ(zero_warmup->lr(), reference->lr()) << "warmup " << warmup << " iteration " << it;
+      zero_warmup->step();
+      reference->step();
+    }
+    zero_warmup->set_last_batch_iteration(-1);
+  }
   c.warmup_num_steps = 10;
   c.warmup_max_lr = std::nan("");
   expect_config_error(c, "scheduler.params.warmup_max_lr");

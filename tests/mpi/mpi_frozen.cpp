@@ -316,7 +316,9 @@ void offload_test(bool nvme) {
   SCOPED_TRACE(nvme ? "nvme" : "cpu");
   const std::string swap = shared_dir(nvme ? "swap_nvme" : "swap_cpu");
   const std::string dir = shared_dir(nvme ? "ckpt_nvme" : "ckpt_cpu");
-  if (g_world->rank() == 0) ASSERT_TRUE(make_directories(swap).ok());
+  if (g_world->rank() == 0) {
+    ASSERT_TRUE(make_directories(swap).ok());
+  }
   ASSERT_TRUE(g_world->barrier().ok());
   offload_round_trip(nvme, swap, dir);  // the engines (and their swap folders) are gone after it
   ASSERT_TRUE(g_world->barrier().ok());

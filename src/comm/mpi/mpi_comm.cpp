@@ -18,6 +18,7 @@
 #include "comm/mpi/mpi_exchange.h"
 #include "comm/mpi/mpi_runtime.h"
 #include "comm/reduce_kernels.h"
+#include "util/env_number.h"
 #include "util/half.h"
 #include "util/log.h"
 
@@ -31,16 +32,8 @@ constexpr size_t kBroadcastPieceBytes = size_t{1} << 30;
 
 // A wait-policy duration from the environment (mpi_exchange.h), 0..1 s; else the default.
 std::chrono::microseconds env_microseconds(const char *name, std::chrono::microseconds fallback) {
-  const char *text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return fallback;
-  char *end = nullptr;
-  long long value = std::strtoll(text, &end, 10);
-  if (*end != '\0' || value < 0 || value > 1000000) {
-    log_warn_once(name, Format("%s='%s' is not a whole number of microseconds in 0..1000000; using %lld", name, text,
-                               static_cast<long long>(fallback.count())));
-    return fallback;
-  }
-  return std::chrono::microseconds{value};
+  return std::chrono::microseconds{static_cast<long long>(
+      env_number(name, static_cast<double>(fallback.count()), {0.0, 1e6, true, "microseconds"}))};
 }
 
 class MpiComm final : public QueuedComm {
@@ -50,15 +43,8 @@ class MpiComm final : public QueuedComm {
     ctx_.comm = comm;
     ctx_.rank = rank;
     ctx_.size = size;
-    if (const char *chunk = std::getenv("DSRT_COMM_CHUNK_BYTES")) {
-      long long value = std::atoll(chunk);
-      if (value >= 4096 && value <= (1LL << 24)) {
-        ctx_.chunk_bytes = static_cast<size_t>(value);
-      } else {
-        log_warn_once("DSRT_COMM_CHUNK_BYTES", Format("DSRT_COMM_CHUNK_BYTES='%s' is not in 4096..16777216; using "
-                                                      "%zu", chunk, ctx_.chunk_bytes));
-      }
-    }
+    ctx_.chunk_bytes = static_cast<size_t>(env_number("DSRT_COMM_CHUNK_BYTES", static_cast<double>(ctx_.chunk_bytes),
+                                                      {4096.0, 16777216.0, true, "bytes"}));
     ctx_.spin = env_microseconds("DSRT_COMM_SPIN_US", ctx_.spin);
     ctx_.nap = env_microseconds("DSRT_COMM_NAP_US", ctx_.nap);
     if (runtime_->worker_threads) start_worker();  // else ops run on the caller
