@@ -19,7 +19,7 @@ $py -m pytest -q -p no:cacheprovider tests/python/test_python_binding.py tests/p
   tests/python/test_deepspeed_script.py tests/python/test_ckpt_interop.py tests/python/test_monitors.py \
   tests/python/test_deepspeed_module.py tests/python/test_misuse.py tests/python/test_param_groups.py \
   tests/python/test_groups_front.py tests/python/test_ds_checkpoint.py tests/python/test_offload_ratio_estimate.py \
-  tests/python/test_deepspeed_parity_front.py
+  tests/python/test_deepspeed_parity_front.py tests/python/test_gpu_bench_overlap.py
 
 mpi_flags=(--oversubscribe --bind-to none --mca btl self,vader)
 [ "$(id -u)" -eq 0 ] && mpi_flags+=(--allow-run-as-root)

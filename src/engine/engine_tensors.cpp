@@ -20,6 +20,9 @@ Status Engine::acquire_impl(size_t t, void **data, dsrt_dtype *dtype) {
   DSRT_RETURN_IF_ERROR(require_no_pending("acquire"));
   void *ptr = nullptr;
   if (coordinator_) {
+    // A gather may reuse a buffer the host's kernels read before its release: dsrt's stream waits
+    // for them (on the device) first.
+    DSRT_RETURN_IF_ERROR(order_after_host());
     DSRT_RETURN_IF_ERROR(coordinator_->acquire(t, &ptr).with_context(Format("acquire('%s')", tensor_name(t).c_str())));
   } else {
     ptr = static_cast<char *>(working_.data()) +

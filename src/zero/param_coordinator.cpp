@@ -29,6 +29,8 @@ ParamCoordinator::~ParamCoordinator() {
   for (TensorState &ts : tensors_)
     if (ts.pending) (void)ts.pending->wait();
   drop_reads();
+  // The device outlives the coordinator (the engine declares it first).
+  if (transfer_stream_ != nullptr) (void)device_->destroy_stream(transfer_stream_);
 }
 
 Status ParamCoordinator::init(const Partitioning *partitioning, Comm *comm, Device *device,
@@ -134,7 +136,15 @@ Status ParamCoordinator::gather(size_t t, bool async) {
                  .with_context(Format("gathering '%s' in its hpZ group", names_[t].c_str()));
   } else {
     status = shard_to_send(t, &send);
-    if (status.ok() && quantize && comm_->size() > 1) {
+    if (status.ok() && comm_->size() == 1 && device_->type() != DSRT_DEVICE_CPU) {
+      // One rank on a GPU: the gathered copy is the shard. A device copy on the default stream
+      // (where dsrt orders its work after the host's kernels, so a reused buffer is not
+      // overwritten under a kernel still reading it) needs no host wait, where the host
+      // communicator's staging would copy through host memory and wait for the GPU twice.
+      status = device_->copy(ts.gathered.data(), send, static_cast<size_t>(s) * dtype_size(options_.working_dtype), nullptr)
+                   .with_context(Format("gathering '%s'", names_[t].c_str()));
+      ts.staged.reset();  // the device pool reuses it only after the copy
+    } else if (status.ok() && quantize && comm_->size() > 1) {
       status = ts.quantized.start(comm_, device_, nullptr, send, static_cast<size_t>(s), options_.working_dtype,
                                   &ts.pending)
                    .with_context(Format("gathering '%s' (%s)", names_[t].c_str(), key));
@@ -151,7 +161,7 @@ Status ParamCoordinator::gather(size_t t, bool async) {
     gather_seconds_ += now_seconds() - start;
     return status;
   }
-  in_flight_elems_ += gathered_elems(t);
+  if (ts.pending) in_flight_elems_ += gathered_elems(t);  // wait_pending takes it off again
   gather_seconds_ += now_seconds() - start;
   if (!async) return wait_pending(t);
   return Status::Ok();
@@ -187,8 +197,14 @@ Status ParamCoordinator::shard_to_send(size_t t, const char **send) {
     }
     DSRT_RETURN_IF_ERROR(device_->allocate(bytes, &ts.staged, false)
                              .with_context(Format("staging the shard of '%s'", names_[t].c_str())));
-    DSRT_RETURN_IF_ERROR(device_->copy(ts.staged.data(), kept, bytes, nullptr));
-    DSRT_RETURN_IF_ERROR(device_->synchronize(nullptr));
+    // On a stream of its own: the staging buffer is new to this gather, so the copy needs no order
+    // against the host's kernels, and waiting for it alone does not wait for every kernel queued
+    // on the default stream (the gather itself is ordered after those by the communicator).
+    if (transfer_stream_ == nullptr)
+      DSRT_RETURN_IF_ERROR(device_->create_stream(&transfer_stream_).with_context("ZeRO-3: the shard transfer stream"));
+    DSRT_RETURN_IF_ERROR(device_->copy(ts.staged.data(), kept, bytes, transfer_stream_)
+                             .with_context(Format("staging the shard of '%s'", names_[t].c_str())));
+    DSRT_RETURN_IF_ERROR(device_->synchronize(transfer_stream_));
     *send = static_cast<const char *>(ts.staged.data());
     return Status::Ok();
   }
@@ -346,6 +362,7 @@ int64_t ParamCoordinator::gathered_elems(size_t t) const {
 
 void ParamCoordinator::free_gathered(size_t t) {
   DeviceBuffer &buffer = tensors_[t].gathered;
+  tensors_[t].prefetched = false;
   if (buffer.empty()) return;
   live_elems_ -= gathered_elems(t);
   if (tensors_[t].view) {
@@ -392,6 +409,7 @@ void ParamCoordinator::prefetch_after(size_t position) {
       ts.read_error = status;
       break;
     }
+    ts.prefetched = true;
     in_flight += size;
     live += size;
   }
@@ -408,13 +426,14 @@ Status ParamCoordinator::acquire(size_t t, void **data) {
   }
   TensorState &ts = tensors_[t];
   Status status;
-  if (ts.pending) {
+  if (ts.pending || ts.prefetched) {  // a one-rank device gather leaves nothing pending
     ++prefetch_hits_;
     ++ts.prefetch_hits;
     status = wait_pending(t);
   } else if (ts.gathered.empty()) {
     status = gather(t, false);
   }
+  ts.prefetched = false;
   // A failed acquire (e.g. a failed swap-in) is not part of the sequence: calling it again is.
   if (!status.ok()) return status;
   current_.push_back(t);

@@ -188,6 +188,7 @@ class ParamCoordinator {
     int64_t numel = 0;
     int64_t shard_elems = 0;
     int64_t prefetch_hits = 0;
+    bool prefetched = false;         // gathered ahead of its acquire, not acquired since
     bool frozen = false;             // no master/gradient: never rewritten by a step
     const void *frozen_shard = nullptr;  // frozen: its device shard (null: the shard source)
   };
@@ -242,6 +243,7 @@ class ParamCoordinator {
   std::deque<size_t> reading_;    // tensors with a started read, oldest first
   int64_t reading_elems_ = 0;     // gathered elements of tensors read ahead (started or ready)
   SwapInStats swap_stats_;
+  DeviceStream transfer_stream_ = nullptr;  // host-kept shards' copies to the device (created on first use)
 };
 
 }  // namespace dsrt

@@ -2,8 +2,9 @@
 // collective (a GPU with NCCL), run on the host: a device that calls itself CUDA but keeps its
 // memory in host RAM, and a communicator that refuses any buffer not allocated by it. Shards kept
 // in pinned host memory (offload_param "cpu", and "nvme" under max_in_cpu) must reach the gathers
-// through a device staging buffer there, and be handed out as they are on the CPU device (one
-// rank: the shard is the whole tensor, so no gather copies it); write_fp32's
+// through a device staging buffer there (at one rank a device copy then makes the gathered copy,
+// with no collective), and be handed out as they are on the CPU device (one rank: the shard is the
+// whole tensor, so nothing copies it); write_fp32's
 // overwrite of a gathered copy must go through Device::copy. Values are checked against a bf16
 // rounding of the fp32 inputs computed here.
 #include <gtest/gtest.h>
@@ -41,6 +42,8 @@ class FakeDevice final : public Device {
   }
   Status copy(void *dst, const void *src, size_t bytes, DeviceStream stream) override {
     if (in(device_, dst) && !in(device_, src)) ++uploads_[dst];
+    if (in(device_, dst) && !in(device_, src) && in(pinned_, src)) ++pinned_uploads;
+    if (in(device_, dst) && in(device_, src)) ++device_copies;
     return inner_->copy(dst, src, bytes, stream);
   }
   Status memset(void *dst, int value, size_t bytes, DeviceStream stream) override {
@@ -59,6 +62,7 @@ class FakeDevice final : public Device {
 
   bool in_device(const void *p) const { return in(device_, p); }
   bool in_pinned(const void *p) const { return in(pinned_, p); }
+  int pinned_uploads = 0, device_copies = 0;
   int uploads_to(const void *dst) const {
     auto it = uploads_.find(dst);
     return it == uploads_.end() ? 0 : it->second;
@@ -207,6 +211,7 @@ void run(dsrt_device_type type) {
   coordinator.set_shard_source(nullptr, &source);
   working.reset();
   const int init_gathers = comm.gathers;
+  const int init_uploads = device.pinned_uploads, init_copies = device.device_copies;
 
   for (int micro = 0; micro < 3; ++micro) {
     for (size_t t = 0; t < kNumels.size(); ++t) {
@@ -233,9 +238,11 @@ void run(dsrt_device_type type) {
   if (type == DSRT_DEVICE_CPU) {
     EXPECT_EQ(gathers, 0);  // handed out as they are: nothing is copied
   } else {
-    EXPECT_GE(gathers, 3 * 3);  // three non-persistent tensors, three micro-steps
-    EXPECT_EQ(comm.pinned_sends, 0);
-    EXPECT_EQ(comm.device_sends, comm.gathers);  // staged in device memory first
+    // One rank on a GPU: no collective (the gathered copy is the shard); each gather stages the
+    // pinned shard in device memory, then copies it device to device into the gathered buffer.
+    EXPECT_EQ(comm.gathers, 0);
+    EXPECT_GE(device.pinned_uploads - init_uploads, 3 * 3);
+    EXPECT_EQ(device.device_copies - init_copies, device.pinned_uploads - init_uploads);
   }
 
   // write_fp32's overwrite of live gathered copies (persistent "a" and acquired "c") reaches
