@@ -308,9 +308,13 @@ Status GradReducer::issue(size_t b) {
                                .with_context(Format("all-reducing gradient bucket %zu", b)));
     }
   }
+  const bool in_place = op.in_place;
   in_flight_.push_back(std::move(op));
   reduce_seconds_ += now_seconds() - start;
-  if (!options_.overlap_comm) return complete_oldest();
+  // In place there is no collective to overlap: accumulate now, while the host's backward runs,
+  // instead of at the micro-step's end in step() (every bucket at one rank is in place, so the
+  // oldest is this one; the order of the additions is the same).
+  if (!options_.overlap_comm || in_place) return complete_oldest();
   return Status::Ok();
 }
 

@@ -18,7 +18,8 @@
 //
 // Stage 3 on one rank (no MiCS replicas, no qgZ, comm dtype = working dtype, no prescale): the
 // reduction is the identity, so each tensor is accumulated straight from its bucket slice, with
-// no rearranged send buffer and no collective.
+// no rearranged send buffer and no collective, as soon as the bucket is complete (whatever
+// overlap_comm says: there is nothing to overlap), so during the host's backward.
 //
 // Bucket buffers come from a small pool (two suffice when the host calls grad/grad_ready per
 // tensor as backward produces them); the pool grows, logged at debug level, when the host holds

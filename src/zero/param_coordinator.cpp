@@ -17,6 +17,12 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// A gather done when issued: the kept shard handed out as it is (kept_view).
+class DoneGather : public CommRequest {
+ public:
+  Status wait() override { return Status::Ok(); }
+};
+
 }  // namespace
 
 ParamCoordinator::~ParamCoordinator() {
@@ -65,10 +71,40 @@ Status ParamCoordinator::init(const Partitioning *partitioning, Comm *comm, Devi
   return Status::Ok();
 }
 
+const char *ParamCoordinator::kept_view(size_t t) const {
+  const TensorState &ts = tensors_[t];
+  if (comm_->size() != 1 || device_->type() != DSRT_DEVICE_CPU || ts.frozen || source_ == nullptr ||
+      !ts.secondary.empty())
+    return nullptr;
+  return static_cast<const char *>(source_->resident(t));
+}
+
 Status ParamCoordinator::gather(size_t t, bool async) {
   const double start = now_seconds();
   const int64_t s = shard_size(t);
   TensorState &ts = tensors_[t];
+  if (const char *kept = kept_view(t)) {
+    // One rank, the shard kept in host memory: the gathered copy would be the shard byte for byte,
+    // so the shard itself is handed out. Counted as gathered (live elements, prefetch, reuse) as
+    // a copy would be; re-gathering it (refresh after a step) finds it up to date.
+    if (ts.view && ts.gathered.data() == kept) return Status::Ok();
+    if (!ts.gathered.empty()) {
+      DSRT_RETURN_IF_ERROR(wait_pending(t));
+      free_gathered(t);
+    }
+    const size_t bytes = static_cast<size_t>(s) * dtype_size(options_.working_dtype);
+    ts.gathered = DeviceBuffer(const_cast<char *>(kept), bytes, nullptr);  // not owned
+    ts.view = true;
+    live_elems_ += gathered_elems(t);
+    if (async) {
+      // In flight as a copy would be, so that prefetching and its counts go as they did.
+      ts.pending = std::make_unique<DoneGather>();
+      in_flight_elems_ += gathered_elems(t);
+    }
+    gather_seconds_ += now_seconds() - start;
+    return Status::Ok();
+  }
+  if (ts.view) free_gathered(t);  // the shard is no longer kept there: a copy of its own
   const bool fresh = ts.gathered.empty();
   if (fresh) {
     const size_t bytes = static_cast<size_t>(s * comm_->size()) * dtype_size(options_.working_dtype);
@@ -329,6 +365,11 @@ void ParamCoordinator::free_gathered(size_t t) {
   tensors_[t].prefetched = false;
   if (buffer.empty()) return;
   live_elems_ -= gathered_elems(t);
+  if (tensors_[t].view) {
+    tensors_[t].view = false;
+    buffer.reset();  // the kept shard: nothing to free or cache
+    return;
+  }
   // Keep recently freed buffers for the next gathers of the same size: fresh allocations of large
   // blocks are page-faulted in on every first touch. The cache is bounded (see cache_limit_).
   const size_t bytes = buffer.bytes();
@@ -496,7 +537,8 @@ uint64_t ParamCoordinator::cached_bytes() const { return cache_bytes_; }
 
 uint64_t ParamCoordinator::gathered_bytes() const {
   uint64_t bytes = 0;
-  for (const TensorState &ts : tensors_) bytes += ts.gathered.bytes();
+  for (const TensorState &ts : tensors_)
+    if (!ts.view) bytes += ts.gathered.bytes();  // a view is the kept shard's memory
   return bytes;
 }
 

@@ -16,6 +16,12 @@
 //
 // Tensors of at most stage3_param_persistence_threshold elements stay gathered on every rank.
 //
+// One rank on the CPU device, shards kept in host memory by the shard source (offload_param
+// "cpu", or within "nvme"'s max_in_cpu): a gather hands out the kept shard itself, which at one
+// rank is the whole tensor, instead of copying it (no buffer, no copy); everything above counts it
+// as gathered all the same. As at stages 0-2, the pointer then reads the working copy that the
+// step and writes update in place.
+//
 // hpZ (ZeRO++ zero_hpz_partition_size, set_secondary_group): besides its shard over the world,
 // each rank keeps a secondary partition of a tensor over its hpZ group of k ranks (normally the
 // ranks of one node): 1/k of the padded tensor, elements [j*s*W/k, (j+1)*s*W/k) for the rank with
@@ -170,6 +176,7 @@ class ParamCoordinator {
   enum class Read { None, Started, Ready, Failed };
   struct TensorState {
     DeviceBuffer gathered;  // shard_size * W elements; the first numel are the tensor
+    bool view = false;      // gathered is the kept shard itself (kept_view), not owned
     CommHandle pending;     // an in-flight prefetch into gathered
     QuantizedAllGather quantized;  // qwZ: the payloads of the gather in flight
     DeviceBuffer staged;    // the shard read from the source, sent by the gather (NVMe offload)
@@ -187,6 +194,9 @@ class ParamCoordinator {
   };
 
   Status gather(size_t t, bool async);
+  // One rank on the CPU device, a trainable tensor whose shard the shard source keeps in host
+  // memory: that shard, which is the whole tensor (W = 1: no padding); else null.
+  const char *kept_view(size_t t) const;
   // t's shard in device memory (resident shards or a frozen tensor's buffer); null: from source_.
   const char *device_shard(size_t t) const;
   int64_t shard_size(size_t t) const { return tensors_[t].shard_elems; }
