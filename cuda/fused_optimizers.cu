@@ -292,7 +292,7 @@ std::vector<TensorEntry> make_entries(const OptimizerSlice *slices, size_t count
 
 // The step launch in force (cuda_set_step_launch; the defaults were chosen by measurement, see
 // docs/cuda.md).
-constexpr int kDefaultPartShift = 4;
+constexpr int kDefaultPartShift = 3;  // 8 blocks per chunk
 constexpr int kDefaultUnroll = 2;
 constexpr bool kDefaultStreaming = false;
 std::atomic<int> g_part_shift{kDefaultPartShift};
