@@ -2,27 +2,15 @@
 #include "zero/grad_reducer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
+#include "comm/comm_checks.h"
 #include "comm/topology.h"
 #include "util/half.h"
 #include "util/log.h"
+#include "util/steady_clock.h"
 
 namespace dsrt {
-namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// A collective already done when issued (qgZ runs its stages on the caller's thread).
-class DoneRequest : public CommRequest {
- public:
-  Status wait() override { return Status::Ok(); }
-};
-
-}  // namespace
 
 GradReducer::~GradReducer() {
   for (InFlight &op : in_flight_)
@@ -227,7 +215,7 @@ Status GradReducer::issue(size_t b) {
 
   // Every rank takes part in every bucket's collective, touched or not.
   DSRT_RETURN_IF_ERROR(ensure_bucket_buffer(bucket));
-  const double start = now_seconds();
+  const double start = steady_seconds();
   const dsrt_dtype cdt = options_.comm_dtype;
   const size_t csize = dtype_size(cdt);
   InFlight op;
@@ -262,7 +250,7 @@ Status GradReducer::issue(size_t b) {
     // Stage 3 on one rank: the reduction is the identity and the rearrangement a plain copy, so
     // complete() accumulates each tensor straight from its slice of the bucket buffer.
     op.in_place = true;
-    op.handle = std::make_unique<DoneRequest>();
+    op.handle = completed_handle();  // no collective
   } else {
     // Stage 3: rank-major rearrangement, each tensor's block padded to its shard size.
     const ShardLayout &shards = part_->shard_layout();
@@ -296,7 +284,7 @@ Status GradReducer::issue(size_t b) {
       DSRT_RETURN_IF_ERROR(qgz_->reduce_scatter(op.send.data(), cdt, segments, op.recv.as<float>())
                                .with_context(Format("reducing gradient bucket %zu (zero_quantized_gradients)", b)));
       op.quantized = true;
-      op.handle = std::make_unique<DoneRequest>();
+      op.handle = completed_handle();  // qgZ ran its stages on the caller
     } else if (options_.reduce_scatter && world_ > 1) {
       DSRT_RETURN_IF_ERROR(take_buffer(static_cast<size_t>(block) * csize, &op.recv));
       DSRT_RETURN_IF_ERROR(comm_->reduce_scatter(op.send.data(), op.recv.data(), static_cast<size_t>(block), cdt,
@@ -310,7 +298,7 @@ Status GradReducer::issue(size_t b) {
   }
   const bool in_place = op.in_place;
   in_flight_.push_back(std::move(op));
-  reduce_seconds_ += now_seconds() - start;
+  reduce_seconds_ += steady_seconds() - start;
   // In place there is no collective to overlap: accumulate now, while the host's backward runs,
   // instead of at the micro-step's end in step() (every bucket at one rank is in place, so the
   // oldest is this one; the order of the additions is the same).
@@ -326,7 +314,7 @@ Status GradReducer::complete_oldest() {
 }
 
 Status GradReducer::complete(InFlight &op) {
-  const double start = now_seconds();
+  const double start = steady_seconds();
   DSRT_RETURN_IF_ERROR(op.handle->wait().with_context(Format("reducing gradient bucket %zu", op.bucket)));
   Bucket &bucket = buckets_[op.bucket];
   const dsrt_dtype cdt = options_.comm_dtype;
@@ -395,7 +383,7 @@ Status GradReducer::complete(InFlight &op) {
   give_buffer(std::move(op.send));
   give_buffer(std::move(op.recv));
   if (op.in_place) give_buffer(std::move(bucket.buffer));
-  reduce_seconds_ += now_seconds() - start;
+  reduce_seconds_ += steady_seconds() - start;
   if (last_micro_step())
     for (const ElemRange &range : finished) DSRT_RETURN_IF_ERROR(deliver_final(range.begin, range.size()));
   return Status::Ok();
@@ -480,7 +468,7 @@ Status GradReducer::finish_micro_step() {
 
 Status GradReducer::reduce_accumulator() {
   if (part_->stage() >= 2) return Status::Ok();
-  const double start = now_seconds();
+  const double start = steady_seconds();
   const FlatLayout &flat = part_->flat_layout();
   const ElemRange partition = part_->stage() == 0 ? ElemRange{0, flat.total()} : flat.partition(rank_);
   float *accum = accumulator_.as<float>();
@@ -524,7 +512,7 @@ Status GradReducer::reduce_accumulator() {
     DSRT_RETURN_IF_ERROR(deliver_final(mine.begin - partition.begin, mine.size()));
   }
   final_delivered_ = true;
-  reduce_seconds_ += now_seconds() - start;
+  reduce_seconds_ += steady_seconds() - start;
   return Status::Ok();
 }
 

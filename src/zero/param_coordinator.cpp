@@ -1,29 +1,17 @@
-// defines: ParamCoordinator -- ZeRO-3 gathers, the acquire trace, prefetching, reuse, reads of
-// shards from the shard source. hpZ's secondary partitions are in param_coordinator_hpz.cpp, the
-// cross-rank agreement check in param_coordinator_agreement.cpp.
+// defines: ParamCoordinator -- ZeRO-3 gathers, the acquire trace, prefetching, reuse. The reads of
+// shards from the shard source are in param_coordinator_reads.cpp, hpZ's secondary partitions in
+// param_coordinator_hpz.cpp, the cross-rank agreement check in param_coordinator_agreement.cpp.
 #include "zero/param_coordinator.h"
 
 #include <algorithm>
-#include <chrono>
 
+#include "comm/comm_checks.h"
 #include "optim/cpu_optimizer.h"
 #include "util/half.h"
 #include "util/log.h"
+#include "util/steady_clock.h"
 
 namespace dsrt {
-namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// A gather done when issued: the kept shard handed out as it is (kept_view).
-class DoneGather : public CommRequest {
- public:
-  Status wait() override { return Status::Ok(); }
-};
-
-}  // namespace
 
 ParamCoordinator::~ParamCoordinator() {
   for (TensorState &ts : tensors_)
@@ -80,7 +68,7 @@ const char *ParamCoordinator::kept_view(size_t t) const {
 }
 
 Status ParamCoordinator::gather(size_t t, bool async) {
-  const double start = now_seconds();
+  const double start = steady_seconds();
   const int64_t s = shard_size(t);
   TensorState &ts = tensors_[t];
   if (const char *kept = kept_view(t)) {
@@ -98,10 +86,10 @@ Status ParamCoordinator::gather(size_t t, bool async) {
     live_elems_ += gathered_elems(t);
     if (async) {
       // In flight as a copy would be, so that prefetching and its counts go as they did.
-      ts.pending = std::make_unique<DoneGather>();
+      ts.pending = completed_handle();
       in_flight_elems_ += gathered_elems(t);
     }
-    gather_seconds_ += now_seconds() - start;
+    gather_seconds_ += steady_seconds() - start;
     return Status::Ok();
   }
   if (ts.view) free_gathered(t);  // the shard is no longer kept there: a copy of its own
@@ -158,11 +146,11 @@ Status ParamCoordinator::gather(size_t t, bool async) {
     ts.quantized.abandon();
     ts.staged.reset();
     if (fresh) free_gathered(t);
-    gather_seconds_ += now_seconds() - start;
+    gather_seconds_ += steady_seconds() - start;
     return status;
   }
   if (ts.pending) in_flight_elems_ += gathered_elems(t);  // wait_pending takes it off again
-  gather_seconds_ += now_seconds() - start;
+  gather_seconds_ += steady_seconds() - start;
   if (!async) return wait_pending(t);
   return Status::Ok();
 }
@@ -214,121 +202,6 @@ Status ParamCoordinator::shard_to_send(size_t t, const char **send) {
   return Status::Ok();
 }
 
-void ParamCoordinator::set_read(size_t t, Read read) {
-  TensorState &ts = tensors_[t];
-  auto counted = [](Read r) { return r == Read::Started || r == Read::Ready; };
-  if (counted(ts.read)) reading_elems_ -= gathered_elems(t);
-  if (counted(read)) reading_elems_ += gathered_elems(t);
-  ts.read = read;
-  if (read != Read::Failed) ts.read_error = Status::Ok();
-}
-
-Status ParamCoordinator::fetch(size_t t) {
-  TensorState &ts = tensors_[t];
-  switch (ts.read) {
-    case Read::Failed: {
-      Status error = ts.read_error;
-      set_read(t, Read::None);  // the next gather reads again
-      return error;
-    }
-    case Read::Ready:
-      ++swap_stats_.read_hits;
-      return Status::Ok();
-    case Read::Started:
-      ++swap_stats_.read_hits;
-      return finish_read(t);
-    case Read::None:
-      break;
-  }
-  make_room();
-  bool started = false;
-  DSRT_RETURN_IF_ERROR(source_->start_read(t, &started).with_context(Format("swapping in '%s'", names_[t].c_str())));
-  if (!started)
-    return Error(DSRT_ERR_STATE, "swapping in '%s': every read buffer is taken by something other than reads ahead",
-                 names_[t].c_str());
-  set_read(t, Read::Started);
-  reading_.push_back(t);
-  swap_stats_.peak_reads_in_flight = std::max(swap_stats_.peak_reads_in_flight, reading_.size());
-  ++swap_stats_.reads_on_demand;
-  return finish_read(t);
-}
-
-Status ParamCoordinator::finish_read(size_t t) {
-  const double start = now_seconds();
-  TensorState &ts = tensors_[t];
-  const auto in_list = std::find(reading_.begin(), reading_.end(), t);
-  if (in_list != reading_.end()) reading_.erase(in_list);
-  const size_t bytes = static_cast<size_t>(shard_size(t)) * dtype_size(options_.working_dtype);
-  Status status = ts.staged.empty() ? device_->allocate(bytes, &ts.staged, false) : Status::Ok();
-  if (status.ok()) {
-    status = source_->finish_read(t, ts.staged.data());
-  } else {
-    source_->cancel_read(t);
-  }
-  swap_stats_.read_wait_seconds += now_seconds() - start;
-  if (!status.ok()) {
-    ts.staged.reset();
-    set_read(t, Read::None);
-    return status.with_context(Format("swapping in '%s'", names_[t].c_str()));
-  }
-  swap_stats_.bytes_read += bytes;
-  set_read(t, Read::Ready);
-  return Status::Ok();
-}
-
-void ParamCoordinator::make_room() {
-  // A gather needs a read buffer: finish reads ahead, oldest first, until one is free. Their shards
-  // wait in their staging buffers (or their errors on their tensors) for their own gathers.
-  while (source_->free_buffers() == 0 && !reading_.empty()) {
-    const size_t u = reading_.front();
-    ++swap_stats_.buffers_reclaimed;
-    Status status = finish_read(u);
-    if (!status.ok()) {
-      set_read(u, Read::Failed);
-      tensors_[u].read_error = status;
-    }
-  }
-}
-
-void ParamCoordinator::read_ahead_from(size_t position) {
-  if (source_ == nullptr) return;
-  for (size_t j = position; j < trace_.size(); ++j) {
-    const size_t u = trace_[j];
-    TensorState &ts = tensors_[u];
-    if (!ts.gathered.empty() || ts.read != Read::None || device_shard(u) != nullptr || source_->resident(u) != nullptr)
-      continue;
-    if (reading_elems_ + gathered_elems(u) > options_.prefetch_bucket_elems || source_->free_buffers() == 0) break;
-    bool started = false;
-    Status status = source_->start_read(u, &started);
-    if (!status.ok()) {
-      set_read(u, Read::Failed);  // reported by the acquire that needs it
-      ts.read_error = status.with_context(Format("swapping in '%s'", names_[u].c_str()));
-      continue;
-    }
-    if (!started) break;
-    set_read(u, Read::Started);
-    reading_.push_back(u);
-    ++swap_stats_.reads_ahead;
-    swap_stats_.peak_reads_in_flight = std::max(swap_stats_.peak_reads_in_flight, reading_.size());
-  }
-}
-
-void ParamCoordinator::read_ahead() {
-  if (trace_valid_ && following_) read_ahead_from(0);
-}
-
-void ParamCoordinator::drop_reads() {
-  for (size_t t = 0; t < tensors_.size(); ++t) {
-    TensorState &ts = tensors_[t];
-    if (ts.read == Read::None) continue;
-    if (ts.read == Read::Started) source_->cancel_read(t);
-    if (ts.read != Read::Failed) ++swap_stats_.reads_cancelled;
-    if (!ts.pending) ts.staged.reset();
-    set_read(t, Read::None);
-  }
-  reading_.clear();
-}
-
 void ParamCoordinator::set_shard_source(void *shards, ShardSource *source) {
   if (shards != nullptr) drop_reads();
   if (shards != nullptr) drop_secondaries(false);  // the trainable shards are about to be rewritten
@@ -339,7 +212,7 @@ void ParamCoordinator::set_shard_source(void *shards, ShardSource *source) {
 Status ParamCoordinator::wait_pending(size_t t) {
   TensorState &ts = tensors_[t];
   if (!ts.pending) return Status::Ok();
-  const double start = now_seconds();
+  const double start = steady_seconds();
   CommHandle handle = std::move(ts.pending);
   in_flight_elems_ -= gathered_elems(t);
   Status status = handle->wait().with_context(Format("gathering '%s'", names_[t].c_str()));
@@ -352,7 +225,7 @@ Status ParamCoordinator::wait_pending(size_t t) {
       ts.quantized.abandon();
     }
   }
-  gather_seconds_ += now_seconds() - start;
+  gather_seconds_ += steady_seconds() - start;
   return status;
 }
 
