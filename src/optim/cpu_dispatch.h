@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <vector>
 
@@ -54,6 +55,18 @@ inline ChunkPlan plan_chunks(size_t n) {
   plan.count = (n + size - 1) / size;
   if (plan.count == 1) plan.threads = 1;
   return plan;
+}
+
+// The sum of squares from per-chunk partials, added in chunk order (so every way of forming them
+// -- one pass, a stream, a fold into the gradient's writes -- gives the same bits), times scale
+// squared. Squares of finite floats summed in double cannot overflow, so a non-finite sum means an
+// inf or nan in the data: *nonfinite (when given) says so at no extra cost.
+inline double finish_sum_squares(const std::vector<double> &partial, float scale, bool *nonfinite) {
+  double raw = 0.0;
+  for (double p : partial) raw += p;
+  if (nonfinite) *nonfinite = !std::isfinite(raw);
+  const double s = static_cast<double>(scale);
+  return raw * s * s;
 }
 
 // fn(begin, end, chunk_index) for every chunk of the plan, on the work pool's threads.

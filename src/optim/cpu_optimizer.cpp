@@ -391,14 +391,7 @@ double cpu_sum_squares(const void *data, dsrt_dtype dtype, size_t n, float scale
   optim_kernels::for_each_chunk(n, plan, [&](size_t begin, size_t end, size_t chunk) {
     partial[chunk] = kernels.sum_squares(data, dtype, begin, end);
   });
-  double raw = 0.0;
-  for (double p : partial) raw += p;
-  // Squares of finite floats summed in double cannot overflow, so a non-finite sum means an inf
-  // or nan in the data: the overflow check costs nothing extra.
-  const bool bad = !std::isfinite(raw);
-  if (nonfinite) *nonfinite = bad;
-  const double s = static_cast<double>(scale);
-  return raw * s * s;
+  return optim_kernels::finish_sum_squares(partial, scale, nonfinite);
 }
 
 void cpu_convert(const void *src, dsrt_dtype src_dtype, void *dst, dsrt_dtype dst_dtype, size_t n) {

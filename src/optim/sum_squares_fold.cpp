@@ -2,7 +2,6 @@
 #include "optim/sum_squares_fold.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "optim/cpu_dispatch.h"
 #include "util/half.h"
@@ -78,13 +77,7 @@ double SumSquaresFold::finish(const float *array, float scale, bool *nonfinite) 
   } else {
     for (size_t c : resum) one(c);
   }
-  // As cpu_sum_squares: the partials in chunk order, non-finite when an inf or nan was summed.
-  double raw = 0.0;
-  for (double p : partial) raw += p;
-  const bool bad = !std::isfinite(raw);
-  if (nonfinite) *nonfinite = bad;
-  const double s = static_cast<double>(scale);
-  return raw * s * s;
+  return optim_kernels::finish_sum_squares(partial, scale, nonfinite);  // as cpu_sum_squares
 }
 
 size_t SumSquaresFold::chunks_resummed() const {

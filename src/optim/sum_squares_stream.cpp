@@ -2,7 +2,6 @@
 #include "optim/sum_squares_stream.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "optim/cpu_dispatch.h"
 #include "util/status.h"
@@ -54,12 +53,7 @@ void SumSquaresStream::add(const float *data, size_t count) {
 }
 
 double SumSquaresStream::finish(float scale, bool *nonfinite) const {
-  double raw = 0.0;
-  for (double p : partial_) raw += p;
-  const bool bad = !std::isfinite(raw);
-  if (nonfinite) *nonfinite = bad;
-  const double s = static_cast<double>(scale);
-  return raw * s * s;
+  return optim_kernels::finish_sum_squares(partial_, scale, nonfinite);
 }
 
 }  // namespace dsrt
