@@ -132,6 +132,7 @@ Status ParamCoordinator::gather(size_t t, bool async) {
       status = device_->copy(ts.gathered.data(), send, static_cast<size_t>(s) * dtype_size(options_.working_dtype), nullptr)
                    .with_context(Format("gathering '%s'", names_[t].c_str()));
       ts.staged.reset();  // the device pool reuses it only after the copy
+      if (status.ok()) ts.pending = completed_handle();  // as a collective's handle: prefetch counts alike
     } else if (status.ok() && quantize && comm_->size() > 1) {
       status = ts.quantized.start(comm_, device_, nullptr, send, static_cast<size_t>(s), options_.working_dtype,
                                   &ts.pending)
@@ -149,7 +150,7 @@ Status ParamCoordinator::gather(size_t t, bool async) {
     gather_seconds_ += steady_seconds() - start;
     return status;
   }
-  if (ts.pending) in_flight_elems_ += gathered_elems(t);  // wait_pending takes it off again
+  in_flight_elems_ += gathered_elems(t);
   gather_seconds_ += steady_seconds() - start;
   if (!async) return wait_pending(t);
   return Status::Ok();
@@ -235,7 +236,6 @@ int64_t ParamCoordinator::gathered_elems(size_t t) const {
 
 void ParamCoordinator::free_gathered(size_t t) {
   DeviceBuffer &buffer = tensors_[t].gathered;
-  tensors_[t].prefetched = false;
   if (buffer.empty()) return;
   live_elems_ -= gathered_elems(t);
   if (tensors_[t].view) {
@@ -282,7 +282,6 @@ void ParamCoordinator::prefetch_after(size_t position) {
       ts.read_error = status;
       break;
     }
-    ts.prefetched = true;
     in_flight += size;
     live += size;
   }
@@ -299,14 +298,13 @@ Status ParamCoordinator::acquire(size_t t, void **data) {
   }
   TensorState &ts = tensors_[t];
   Status status;
-  if (ts.pending || ts.prefetched) {  // a one-rank device gather leaves nothing pending
+  if (ts.pending) {
     ++prefetch_hits_;
     ++ts.prefetch_hits;
     status = wait_pending(t);
   } else if (ts.gathered.empty()) {
     status = gather(t, false);
   }
-  ts.prefetched = false;
   // A failed acquire (e.g. a failed swap-in) is not part of the sequence: calling it again is.
   if (!status.ok()) return status;
   current_.push_back(t);

@@ -188,7 +188,6 @@ class ParamCoordinator {
     int64_t numel = 0;
     int64_t shard_elems = 0;
     int64_t prefetch_hits = 0;
-    bool prefetched = false;         // gathered ahead of its acquire, not acquired since
     bool frozen = false;             // no master/gradient: never rewritten by a step
     const void *frozen_shard = nullptr;  // frozen: its device shard (null: the shard source)
   };
