@@ -123,9 +123,10 @@ Status Engine::build_impl() {
     };
   }
   if (nvme_grad_swap() && !stages_through_host()) nvme_grad_reducer_options(&ro);  // stage 3 NVMe: the gradient partition is swapped
-  // The step reads the accumulator in place (the CPU device, no staging): its norm is taken as
-  // the last micro-step writes it (the reducer keeps it to stages 2-3, without map_range).
-  ro.fold_norm = device_->type() == DSRT_DEVICE_CPU && !stages_through_host() && !nvme_grad_swap();
+  // Where the step reads the accumulator in place (no host staging), its norm is taken as the last
+  // micro-step writes it. The reducer itself keeps the fold to the CPU device, stages 2-3 and an
+  // accumulator of its own (no map_range: stage 3's NVMe gradient swap).
+  ro.fold_norm = !stages_through_host();
   const bool zeropp = config_.zero.zero_quantized_weights || config_.zero.zero_quantized_nontrainable_weights ||
                       config_.zero.zero_quantized_gradients;
   if (zeropp && part_.stage() != 3)
