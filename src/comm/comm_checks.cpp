@@ -3,10 +3,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 
 #include "util/env_number.h"
 #include "util/half.h"

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
