@@ -387,8 +387,9 @@ typedef struct {
 
 /* Called after every micro-step, like DeepSpeed's engine.step(): tensors whose gradient was not
 ** signalled ready count as zero; the micro-step's gradients are reduced first, unless
-** dsrt_engine_end_backward already did it. At the accumulation boundary (every gradient_accumulation_steps-th
-** call, or where the host says: dsrt_engine_set_accumulation_boundary): reduction, overflow check,
+** dsrt_engine_end_backward already did it. At the accumulation boundary (every
+** gradient_accumulation_steps-th call, or where the host says:
+** dsrt_engine_set_accumulation_boundary): reduction, overflow check,
 ** unscale, clipping, the optimizer, the 16-bit copy, the scheduler and the loss scaler. out may
 ** be NULL; the library writes no more than out->struct_size bytes.
 ** Returns DSRT_OK; DSRT_ERR_INVALID_ARGUMENT (NULL engine, out->struct_size < 8); DSRT_ERR_STATE
