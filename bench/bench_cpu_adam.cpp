@@ -3,7 +3,8 @@
 //
 // The floor is a plain sweep with the update's exact access pattern: read p, g, m, v and write p,
 // m, v (and the 16-bit working copy), with the same OpenMP chunking, and with either regular or
-// non-temporal stores; the faster of the two is the floor. (A STREAM triad under-counts: its
+// non-temporal stores, and regular ones with each line asked for 2 KiB ahead (as the kernels do: one core
+// alone does not keep enough fills in flight without it); the fastest is the floor. (A STREAM triad under-counts: its
 // stores go to lines it never read, so each one costs a read for ownership too.)
 //
 //   bench_cpu_adam [--params N] [--threads T] [--iters K] [--torch-fp32 PARAMS_PER_S]
@@ -14,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,8 +40,17 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Store kinds of the floor sweep: all regular; all non-temporal; regular for p, m, v (whose lines
-// were just read) and non-temporal for the write-only 16-bit copy.
-enum Stores { kRegular, kStreamAll, kStreamCopy };
+// were just read) and non-temporal for the write-only 16-bit copy; the last with software prefetch
+// of every array 2 KiB ahead (the kernels' distance, optim/kernels_body.inl).
+enum Stores { kRegular, kStreamAll, kStreamCopy, kStreamCopyPrefetch };
+constexpr size_t kAhead = 512;  // elements
+
+template <class T>
+inline void ahead(const T *base, size_t i, bool for_write) {
+  const void *at = reinterpret_cast<const void *>(reinterpret_cast<uintptr_t>(base) + (i + kAhead) * sizeof(T));
+  if (for_write) __builtin_prefetch(at, 1, 3);
+  else __builtin_prefetch(at, 0, 3);
+}
 
 struct Arrays {
   float *p, *g, *m, *v;
@@ -51,11 +62,18 @@ struct Arrays {
 // The floor sweeps. Each does the minimum arithmetic that keeps every load and store live.
 
 #if defined(__x86_64__)
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void sweep_update_avx512(const Arrays &a, bool with_copy,
-                                                                               int stores, size_t b, size_t e) {
+__attribute__((target("avx512f,avx512bw,avx512vl,prfchw"))) void sweep_update_avx512(const Arrays &a, bool with_copy,
+                                                                                      int stores, size_t b, size_t e) {
   const bool stream = stores == kStreamAll;
+  const bool prefetch = stores == kStreamCopyPrefetch;
   size_t i = b;
   for (; i + 16 <= e; i += 16) {
+    if (prefetch) {
+      ahead(a.g, i, false);
+      ahead(a.p, i, true);
+      ahead(a.m, i, true);
+      ahead(a.v, i, true);
+    }
     __m512 g = _mm512_loadu_ps(a.g + i);
     __m512 p = _mm512_add_ps(_mm512_loadu_ps(a.p + i), g);
     __m512 m = _mm512_add_ps(_mm512_loadu_ps(a.m + i), g);
@@ -70,7 +88,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void sweep_update_avx512(co
       _mm512_storeu_ps(a.p + i, p);
       _mm512_storeu_ps(a.m + i, m);
       _mm512_storeu_ps(a.v + i, v);
-      if (with_copy && stores == kStreamCopy) _mm256_stream_si256(reinterpret_cast<__m256i *>(a.w16 + i), h);
+      if (with_copy && stores >= kStreamCopy) _mm256_stream_si256(reinterpret_cast<__m256i *>(a.w16 + i), h);
       else if (with_copy) _mm256_storeu_si256(reinterpret_cast<__m256i *>(a.w16 + i), h);
     }
   }
@@ -87,6 +105,8 @@ __attribute__((target("avx512f"))) double sweep_read_avx512(const float *g, size
   __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
   size_t i = b;
   for (; i + 32 <= e; i += 32) {
+    ahead(g, i, false);
+    ahead(g, i + 16, false);
     s0 = _mm512_add_ps(s0, _mm512_loadu_ps(g + i));
     s1 = _mm512_add_ps(s1, _mm512_loadu_ps(g + i + 16));
   }
@@ -255,13 +275,14 @@ int main(int argc, char **argv) {
               dsrt::cpu_optimizer_isa(), iters);
   const double gp = static_cast<double>(n) / 1e9;
   for (bool with_copy : {false, true}) {
-    Timing t_adam, t_floor_regular, t_floor_stream, t_floor_mixed, t_pass, t_read, t_norm;
+    Timing t_adam, t_floor_regular, t_floor_stream, t_floor_mixed, t_floor_ahead, t_pass, t_read, t_norm;
     adam(with_copy);  // warm-up: page faults, thread pool
     floor_update(a, with_copy, kRegular);
     for (int k = 0; k < iters; ++k) {  // interleaved, so machine load drifts hit both alike
       t_floor_regular.runs.push_back(seconds([&] { floor_update(a, with_copy, kRegular); }));
       t_floor_stream.runs.push_back(seconds([&] { floor_update(a, with_copy, kStreamAll); }));
       if (with_copy) t_floor_mixed.runs.push_back(seconds([&] { floor_update(a, with_copy, kStreamCopy); }));
+      t_floor_ahead.runs.push_back(seconds([&] { floor_update(a, with_copy, kStreamCopyPrefetch); }));
       t_adam.runs.push_back(seconds([&] { adam(with_copy); }));
       t_read.runs.push_back(seconds([&] { floor_read(a.g, n); }));
       t_norm.runs.push_back(seconds([&] {
@@ -270,7 +291,7 @@ int main(int argc, char **argv) {
       }));
       t_pass.runs.push_back(seconds([&] { norm_and_adam(with_copy); }));
     }
-    double floor_best = std::min(t_floor_regular.best(), t_floor_stream.best());
+    double floor_best = std::min({t_floor_regular.best(), t_floor_stream.best(), t_floor_ahead.best()});
     if (with_copy) floor_best = std::min(floor_best, t_floor_mixed.best());
     const char *label = with_copy ? "fp32 master + bf16 working copy" : "fp32 (no 16-bit copy)";
     std::printf("\n[%s]  bytes/param moved: %d\n", label, with_copy ? 30 : 28);
@@ -282,11 +303,13 @@ int main(int argc, char **argv) {
       std::printf("  memory floor, non-temporal copy    %6.3f Gparams/s  [%6.3f]\n", gp / t_floor_mixed.best(),
                   gp / t_floor_mixed.median());
     }
+    std::printf("  memory floor, prefetched 2 KiB ahead %6.3f Gparams/s  [%6.3f]\n", gp / t_floor_ahead.best(),
+                gp / t_floor_ahead.median());
     // On a shared machine, the ratio within each run (floor and update measured back to back) is
     // steadier than the ratio of the best times: print its median too.
     Timing paired, paired_pass;
     for (int k = 0; k < iters; ++k) {
-      double f = std::min(t_floor_regular.runs[k], t_floor_stream.runs[k]);
+      double f = std::min({t_floor_regular.runs[k], t_floor_stream.runs[k], t_floor_ahead.runs[k]});
       if (with_copy) f = std::min(f, t_floor_mixed.runs[k]);
       paired.runs.push_back(f / t_adam.runs[k]);
       paired_pass.runs.push_back((f + t_read.runs[k]) / t_pass.runs[k]);

@@ -347,7 +347,10 @@ DSRT_API dsrt_status dsrt_engine_device(const dsrt_engine *engine, int32_t *devi
 /* The full working copy of a tensor (16-bit under fp16/bf16, else fp32), row-major, on the
 ** engine's device. Under ZeRO-3 this gathers the tensor (prefetching along the recorded order);
 ** the pointer is valid until dsrt_tensor_release. Acquires nest (counted). At other stages the
-** pointer stays valid until destroy and release only ends the bracket. dtype may be NULL.
+** pointer stays valid until destroy and release only ends the bracket. dtype may be NULL. The
+** memory is dsrt's: a host writing through the pointer changes what forward reads until the next
+** step rewrites it, and at stage 3 with offload_param "cpu" on the CPU device in fp32 (where the kept
+** shards are the fp32 masters) the master itself; use dsrt_tensor_write_fp32 to set values.
 ** Returns DSRT_OK; DSRT_ERR_INVALID_ARGUMENT (NULL tensor or data); DSRT_ERR_STATE (before build,
 ** unusable engine, release without acquire); at stage 3 also DSRT_ERR_COMM (the gather failed),
 ** DSRT_ERR_IO (reading an NVMe-offloaded shard) and DSRT_ERR_DEVICE. */

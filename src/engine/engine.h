@@ -410,6 +410,9 @@ class Engine final : public PartitionedState {
   Status read_working_shard(size_t t, void *dst) override;
   uint64_t param_nvme_shard_bytes() const;     // shards on NVMe
   uint64_t param_nvme_resident_bytes() const;  // shards in host memory ("cpu": all; "nvme": max_in_cpu)
+  // offload_param "cpu" on the CPU device with fp32 working shards and fp32 masters in memory: the
+  // kept shards are the masters themselves (one array, written once by the optimizer's pass).
+  bool working_shards_are_masters() const;
 
  private:
   Status param_offload_build();
@@ -417,6 +420,7 @@ class Engine final : public PartitionedState {
   Status mics_build();  // engine_mics.cpp
   // offload_param "cpu" on the CPU device: the kept shards are the working shards (engine_param_nvme.cpp).
   bool kept_in_place() const;
+
   Status param_nvme_open();
   Status param_nvme_close();
   Status release_working_shards();

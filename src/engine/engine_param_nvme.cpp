@@ -13,7 +13,11 @@
 // "cpu" on the CPU device, where host memory is the device's memory: the kept shards are laid out
 // as the working shards (trainable tensor t at shard_offset(t), persistent tensors' slots
 // included), and working_ is a view of them while a step or refresh rewrites them, so nothing is
-// allocated, zeroed or copied back per step (the optimizer writes the kept shards in place).
+// allocated, zeroed or copied back per step (the optimizer writes the kept shards in place). With
+// fp32 working shards and fp32 masters in memory that layout is the masters' (this rank's
+// partition, part_offset for part_offset), so the kept shards are the masters themselves: the
+// optimizer's pass skips the working copy (4 of its 32 bytes per parameter; DeepSpeed copies its
+// fp32 partition into the parameters' shards after the step) and no second array is kept.
 #include <algorithm>
 #include <cstring>
 
@@ -57,6 +61,10 @@ Status Engine::param_offload_build() {
   options.in_place = kept_in_place();
   if (options.in_place)
     options.in_place_bytes = (static_cast<uint64_t>(part_.resident_working_elems()) * wsize + 63) / 64 * 64;
+  if (working_shards_are_masters()) {
+    options.in_place_memory = store_.buffer(-1).data();
+    options.in_place_bytes = static_cast<uint64_t>(part_.resident_working_elems()) * wsize;
+  }
   options.swapper.aio = config_.aio;
   options.swapper.allocator = swap_buffer_allocator();
   options.swapper.rank = rank();
@@ -88,13 +96,21 @@ bool Engine::kept_in_place() const {
   return config_.zero.offload_param.device == OffloadDevice::Cpu && device_->type() == DSRT_DEVICE_CPU;
 }
 
+bool Engine::working_shards_are_masters() const {
+  // The 1-bit optimizers keep their own working-copy writes; a split or NVMe store has no whole
+  // in-memory master array.
+  return kept_in_place() && working_dtype() == DSRT_F32 && store_.master_dtype() == DSRT_F32 &&
+         store_.nvme() == nullptr && store_.split() == 0 && !onebit_type() && store_.buffer(-1).data() != nullptr &&
+         store_.buffer(-1).bytes() >= static_cast<size_t>(part_.resident_working_elems()) * sizeof(float);
+}
+
 Status Engine::param_nvme_open() {
   if (!store_.param_shards() || !working_.empty()) return Status::Ok();
   const size_t working_bytes = static_cast<size_t>(part_.resident_working_elems()) * dtype_size(working_dtype());
   coordinator_->drop_reads();
   if (kept_in_place()) {
     // A view (no release): the step writes the kept shards themselves.
-    working_ = DeviceBuffer(store_.param_shards()->kept_data(), working_bytes, nullptr);
+    working_ = DeviceBuffer(store_.param_shards()->in_place_data(), working_bytes, nullptr);
     coordinator_->set_shard_source(working_.data(), store_.param_shards());
     return Status::Ok();
   }

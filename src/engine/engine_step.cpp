@@ -110,6 +110,9 @@ Status Engine::optimizer_update(float grad_scale) {
   const float *grads = step_grads();
   char *working = staged ? store_.host_working().as<char>() : static_cast<char *>(working_.data());
   const bool bf16_master = store_.master_dtype() == DSRT_BF16, bf16_states = store_.state_dtype() == DSRT_BF16;
+  // The kept shards are the masters (engine_param_nvme.cpp): the update writes them once.
+  const bool masters_are_working = !staged && wdt == DSRT_F32 && !bf16_master && working != nullptr &&
+                                   working + working_base * wsize == store_.buffer(-1).as<char>();
   auto slice_of = [&](const OwnedSegment &seg) {
     OptimizerSlice s;
     // bf16.bf16_master_weights_and_grads / bf16_optimizer_states: bf16 storage (cpu_optimizer.h).
@@ -121,7 +124,7 @@ Status Engine::optimizer_update(float grad_scale) {
       if (bf16_states) (i == 0 ? s.state0_bf16 : s.state1_bf16) = store_.buffer(i).as<uint16_t>() + seg.part_offset;
       else (i == 0 ? s.state0 : s.state1) = store_.buffer(i).as<float>() + seg.part_offset;
     }
-    s.working = working + (working_base + seg.part_offset) * wsize;
+    if (!masters_are_working) s.working = working + (working_base + seg.part_offset) * wsize;
     s.working_dtype = wdt;
     s.n = static_cast<size_t>(seg.count);
     return s;

@@ -28,7 +28,7 @@ Status ParamShards::create(const ParamShardsOptions &options, Device *device, st
   int64_t in_cpu = 0;  // elements kept in host memory so far (this rank's shards)
   uint64_t kept_bytes = 0;
   // In place (the header): the trainable shards at their working offsets, the frozen ones after.
-  if (options.in_place) kept_bytes = options.in_place_bytes;
+  if (options.in_place && options.in_place_memory == nullptr) kept_bytes = options.in_place_bytes;
   for (size_t t = 0; t < entries; ++t) {
     const ParamShardEntry &entry = options.entries[t];
     if (entry.persistent) continue;
@@ -38,6 +38,7 @@ Status ParamShards::create(const ParamShardsOptions &options, Device *device, st
     s.bytes = static_cast<size_t>(shard) * options.working_elem_bytes;
     if (options.in_place && t < options.trainable) {
       s.kept_offset = entry.working_offset;
+      s.in_caller_memory = options.in_place_memory != nullptr;
       continue;
     }
     // DeepSpeed's max_in_cpu: shards stay in host memory while their running total fits; from the
@@ -89,8 +90,9 @@ uint64_t ParamShards::nvme_bytes() const {
 }
 
 const void *ParamShards::resident(size_t t) const {
-  const int64_t at = shards_[t].kept_offset;
-  return at < 0 ? nullptr : static_cast<const char *>(kept_.data()) + at;
+  const Shard &s = shards_[t];
+  if (s.kept_offset < 0) return nullptr;
+  return static_cast<const char *>(s.in_caller_memory ? options_.in_place_memory : kept_.data()) + s.kept_offset;
 }
 
 Status ParamShards::read_frozen_shard(size_t i, void *host_dst) {

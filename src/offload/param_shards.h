@@ -7,7 +7,10 @@
 //   "cpu":  every such shard lives in host memory (the same machinery with no swap store).
 // "cpu" on the CPU device, where host memory is the device's memory, keeps the trainable shards in
 // place: laid out as the working shards (entry t at its working offset), so that the engine's
-// working shards can be a view of them (kept_data()).
+// working shards can be a view of them (in_place_data()). With fp32 working shards that layout is
+// the fp32 masters' own (this rank's partition), so the engine may hand over the masters' memory
+// (ParamShardsOptions::in_place_memory): the trainable shards then are the masters, and the
+// optimizer's pass writes one array less.
 // ParamShards is the stage-3 coordinator's ShardSource: it hands over the shards kept in host
 // memory (resident()) and starts swap-ins into pool buffers that the aio engine fills in the
 // background. It is also the frozen tensors' FrozenShardStore. Entries are the coordinator's: the
@@ -47,6 +50,10 @@ struct ParamShardsOptions {
   // "cpu" on the CPU device: the trainable shards kept in place, in kept bytes [0, in_place_bytes).
   bool in_place = false;
   uint64_t in_place_bytes = 0;
+  // In place in the caller's memory (in_place_bytes of it, outliving the ParamShards: the engine's
+  // fp32 masters): the trainable shards live there, not in host memory of this object's own;
+  // kept_bytes() then counts only the other shards.
+  void *in_place_memory = nullptr;
   NvmeSwapperOptions swapper;  // "nvme": aio, rank, allocator (buffer_bytes: computed)
 };
 
@@ -69,8 +76,9 @@ class ParamShards final : public ShardSource, public FrozenShardStore {
   Status write_frozen_shard(size_t i, const void *host_src) override;
 
   NvmeSwapper *swapper() const { return swapper_.get(); }  // "nvme" only
-  void *kept_data() const { return kept_.data(); }
-  uint64_t kept_bytes() const { return kept_.bytes(); }  // shards in host memory
+  // In place: where the trainable shards are laid out as the working shards.
+  void *in_place_data() const { return options_.in_place_memory ? options_.in_place_memory : kept_.data(); }
+  uint64_t kept_bytes() const { return kept_.bytes(); }  // shards in host memory of this object's own
   uint64_t nvme_bytes() const;                           // shards on NVMe
   size_t shard_bytes(size_t t) const { return shards_[t].bytes; }
   // Whether t has a shard here (false: persistent, gathered on the device).
@@ -90,7 +98,8 @@ class ParamShards final : public ShardSource, public FrozenShardStore {
   struct Shard {
     std::string array;         // SwapStore name ("p<t>", "f<i>"); empty for persistent tensors
     size_t bytes = 0;          // shard bytes (working dtype)
-    int64_t kept_offset = -1;  // byte offset in kept_; -1: on NVMe
+    int64_t kept_offset = -1;  // byte offset in kept_ (or in in_place_memory); -1: on NVMe
+    bool in_caller_memory = false;  // kept_offset is in options_.in_place_memory
   };
   struct InFlight {
     PinnedLease lease;

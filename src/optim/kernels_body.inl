@@ -33,6 +33,23 @@ constexpr size_t elem_size(int dtype) { return dtype == DSRT_F32 ? 4 : 2; }
 // parameter on top of the 28 the update moves (gradient, master and two states) and the copy's own.
 constexpr size_t kStreamMinElements = 1 << 14;
 
+// One core alone cannot keep enough cache-line fills in flight for the update's four input
+// streams: the hardware prefetchers lag a large pass, and the core waits on memory. Asking for each
+// line a fixed distance ahead (2 KiB of each fp32 array, measured on AVX-512 Xeons with 1 thread:
+// 0.95 -> 1.10 Gparams/s on AdamW with a working copy over 33.7M parameters; 1 KiB was slower, 4
+// KiB no better) keeps them coming; the sums of squares, accumulations and conversions below ask
+// the same way (a read-only sum: about 20% faster). Arrays written back by the pass are asked for
+// with intent to write. Addresses past an array's end are only hints: prefetches never fault.
+constexpr size_t kPrefetchElements = 512;
+
+template <int D>
+inline void prefetch_elems(const void *base, size_t i, bool for_write) {
+  if (base == nullptr) return;
+  const void *at = reinterpret_cast<const void *>(reinterpret_cast<uintptr_t>(base) + (i + kPrefetchElements) * elem_size(D));
+  if (for_write) __builtin_prefetch(at, 1, 3);
+  else __builtin_prefetch(at, 0, 3);
+}
+
 template <int D>
 inline void store_elems_stream(void *base, size_t i, Vec x) {
   if constexpr (D == DSRT_F16) x.store_f16_stream(static_cast<uint16_t *>(base) + i);
@@ -154,6 +171,13 @@ void step_loop(const StepArgs &a, size_t begin, size_t end, double *sums) {
   }
   size_t i = begin;
   for (; i + W <= end; i += W) {
+    if constexpr (W >= 8) {  // a line per array every one or two vectors; the scalar build does not ask
+      if constexpr (Body::kUsesGrad) prefetch_elems<GD>(a.grad, i, false);
+      prefetch_elems<DSRT_F32>(a.master, i, Body::kWritesMaster);
+      prefetch_elems<DSRT_F32>(a.state0, i, true);
+      prefetch_elems<DSRT_F32>(a.state1, i, true);
+      prefetch_elems<DSRT_F32>(a.update_in, i, false);
+    }
     Vec g = Vec::set1(0.0f);
     if constexpr (Body::kUsesGrad) g = load_elems<GD>(a.grad, i);
     Vec p = Body::apply(a, a.master, a.state0, a.state1, a.update_out, a.update_in, i, g, p_sq, u_sq);
@@ -235,6 +259,10 @@ double sum_squares_typed(const void *data, size_t begin, size_t end) {
   typename Vec::Acc acc0, acc1;
   size_t i = begin;
   for (; i + 2 * W <= end; i += 2 * W) {
+    if constexpr (W >= 8) {
+      prefetch_elems<D>(data, i, false);
+      prefetch_elems<D>(data, i + W, false);
+    }
     acc0.add_sq(load_elems<D>(data, i));
     acc1.add_sq(load_elems<D>(data, i + W));
   }
@@ -276,6 +304,10 @@ void sum_squares_part(double *state, const float *chunk, size_t length, size_t b
       }
       const size_t limit = end < whole_end ? end : whole_end;
       for (; i + 2 * W <= limit; i += 2 * W) {
+        if constexpr (W >= 8) {
+          prefetch_elems<DSRT_F32>(chunk, i, false);
+          prefetch_elems<DSRT_F32>(chunk, i + W, false);
+        }
         acc[0].add_sq(Vec::load(chunk + i));
         acc[1].add_sq(Vec::load(chunk + i + W));
       }
@@ -304,7 +336,10 @@ template <int S, int D>
 void convert_typed(const void *src, void *dst, size_t begin, size_t end) {
   constexpr size_t W = Vec::kWidth;
   size_t i = begin;
-  for (; i + W <= end; i += W) store_elems<D>(dst, i, load_elems<S>(src, i));
+  for (; i + W <= end; i += W) {
+    if constexpr (W >= 8) prefetch_elems<S>(src, i, false);
+    store_elems<D>(dst, i, load_elems<S>(src, i));
+  }
   if (i < end) {
     alignas(64) unsigned char in[W * 4] = {};
     alignas(64) unsigned char out[W * 4];
@@ -342,7 +377,13 @@ void accumulate_typed(float *dst, const void *src, size_t begin, size_t end, flo
   constexpr size_t W = Vec::kWidth;
   const Vec s = Vec::set1(scale);
   size_t i = begin;
-  for (; i + W <= end; i += W) Vec::fmadd(load_elems<S>(src, i), s, Vec::load(dst + i)).store(dst + i);
+  for (; i + W <= end; i += W) {
+    if constexpr (W >= 8) {
+      prefetch_elems<S>(src, i, false);
+      prefetch_elems<DSRT_F32>(dst, i, true);
+    }
+    Vec::fmadd(load_elems<S>(src, i), s, Vec::load(dst + i)).store(dst + i);
+  }
   if (i < end) {
     const size_t r = end - i;
     alignas(64) unsigned char in[W * 4] = {};

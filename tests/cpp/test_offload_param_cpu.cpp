@@ -89,8 +89,18 @@ TEST(OffloadParamCpu, MatchesInMemoryBitwise) {
       EXPECT_EQ(shards, 4u);
       const uint64_t layout_bytes = static_cast<uint64_t>(offloaded->partitioning().resident_working_elems()) *
                                     dtype_size(offloaded->working_dtype());
-      EXPECT_GE(mem.working_params[DSRT_LOC_HOST], shard_bytes);
-      EXPECT_EQ(mem.working_params[DSRT_LOC_HOST], (layout_bytes + 63) / 64 * 64);
+      // fp32: that layout is the masters' own, so the kept shards are the masters (nothing beside
+      // them under host; the gathered views below point into them).
+      EXPECT_EQ(offloaded->working_shards_are_masters(), !bf16);
+      EXPECT_FALSE(reference->working_shards_are_masters());
+      if (bf16) {
+        EXPECT_GE(mem.working_params[DSRT_LOC_HOST], shard_bytes);
+        EXPECT_EQ(mem.working_params[DSRT_LOC_HOST], (layout_bytes + 63) / 64 * 64);
+      } else {
+        EXPECT_EQ(mem.working_params[DSRT_LOC_HOST], 0u);
+        EXPECT_EQ(mem.master_params[DSRT_LOC_DEVICE], layout_bytes);
+        EXPECT_EQ(mem.master_params[DSRT_LOC_DEVICE], ref_mem.master_params[DSRT_LOC_DEVICE]);
+      }
       EXPECT_EQ(mem.working_params[DSRT_LOC_HOST], offloaded->param_nvme_resident_bytes());
       EXPECT_EQ(ref_mem.working_params[DSRT_LOC_HOST], 0u);
       EXPECT_EQ(mem.working_params[DSRT_LOC_NVME], 0u);
@@ -111,24 +121,36 @@ TEST(OffloadParamCpu, MatchesInMemoryBitwise) {
 
 TEST(OffloadParamCpu, WithOffloadOptimizerCpuMatchesInMemory) {
   TrainConfig config = base_config(3);
-  config.bf16_enabled = true;
-  config.gradient_accumulation_steps = 2;
-  config.zero.offload_optimizer.device = OffloadDevice::Cpu;
-  std::unique_ptr<Engine> reference, offloaded;
-  ASSERT_TRUE(make_engine(config, local_comm(), kShapes, &reference).ok());
-  config.zero.offload_param.device = OffloadDevice::Cpu;
-  Status s = make_engine(config, local_comm(), kShapes, &offloaded);
-  ASSERT_TRUE(s.ok()) << s.message();
-  train(*reference, 6);
-  train(*offloaded, 6);
-  expect_bitwise_equal(read_all(*reference), read_all(*offloaded));
-  expect_same_working_copies(*reference, *offloaded);
-  // refresh_working_copies (as after loading masters) goes through the host shards too.
-  ASSERT_TRUE(reference->refresh_working_copies().ok());
-  s = offloaded->refresh_working_copies();
-  ASSERT_TRUE(s.ok()) << s.message();
-  EXPECT_EQ(offloaded->working_copy(), nullptr);
-  expect_same_working_copies(*reference, *offloaded);
+  for (bool bf16 : {true, false}) {  // fp32: the kept shards are the (pinned host) masters themselves
+    SCOPED_TRACE(Format("bf16 %d", bf16));
+    config.bf16_enabled = bf16;
+    config.gradient_accumulation_steps = 2;
+    config.zero.offload_optimizer.device = OffloadDevice::Cpu;
+    config.zero.offload_param.device = OffloadDevice::None;
+    std::unique_ptr<Engine> reference, offloaded;
+    ASSERT_TRUE(make_engine(config, local_comm(), kShapes, &reference).ok());
+    config.zero.offload_param.device = OffloadDevice::Cpu;
+    Status s = make_engine(config, local_comm(), kShapes, &offloaded);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(offloaded->working_shards_are_masters(), !bf16);
+    train(*reference, 6);
+    train(*offloaded, 6);
+    expect_bitwise_equal(read_all(*reference), read_all(*offloaded));
+    expect_same_working_copies(*reference, *offloaded);
+    // write_fp32 between steps: the master and the kept shard (one array when they are the same).
+    const std::vector<float> v = gaussian(91, static_cast<size_t>(kShapes[3][0]), 0.3f);
+    ASSERT_TRUE(reference->write_fp32(3, v.data(), v.size()).ok());
+    ASSERT_TRUE(offloaded->write_fp32(3, v.data(), v.size()).ok());
+    train(*reference, 2, 30);
+    train(*offloaded, 2, 30);
+    expect_bitwise_equal(read_all(*reference), read_all(*offloaded));
+    // refresh_working_copies (as after loading masters) goes through the host shards too.
+    ASSERT_TRUE(reference->refresh_working_copies().ok());
+    s = offloaded->refresh_working_copies();
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(offloaded->working_copy(), nullptr);
+    expect_same_working_copies(*reference, *offloaded);
+  }
 }
 
 std::string file_bytes(const std::string &path) {

@@ -147,11 +147,19 @@ TEST(MpiOffloadParam, CpuMatchesInMemoryBitwise) {
       // the device's working copy before the gathers).
       const uint64_t layout_bytes = static_cast<uint64_t>(offloaded->partitioning().resident_working_elems()) *
                                     dtype_size(offloaded->working_dtype());
-      EXPECT_GE(mem.working_params[DSRT_LOC_HOST], shard_bytes);
-      if (offloaded->device().type() == DSRT_DEVICE_CPU)
-        EXPECT_EQ(mem.working_params[DSRT_LOC_HOST], (layout_bytes + 63) / 64 * 64);
-      else
-        EXPECT_EQ(mem.working_params[DSRT_LOC_HOST], packed_bytes);
+      // With fp32 working shards on the CPU device that layout is the masters' own: the kept shards
+      // are the masters, and no host memory is counted for them beside the masters.
+      EXPECT_EQ(offloaded->working_shards_are_masters(), !bf16 && offloaded->device().type() == DSRT_DEVICE_CPU);
+      if (offloaded->working_shards_are_masters()) {
+        EXPECT_EQ(mem.working_params[DSRT_LOC_HOST], 0u);
+        EXPECT_EQ(mem.master_params[DSRT_LOC_DEVICE], layout_bytes);
+      } else {
+        EXPECT_GE(mem.working_params[DSRT_LOC_HOST], shard_bytes);
+        if (offloaded->device().type() == DSRT_DEVICE_CPU)
+          EXPECT_EQ(mem.working_params[DSRT_LOC_HOST], (layout_bytes + 63) / 64 * 64);
+        else
+          EXPECT_EQ(mem.working_params[DSRT_LOC_HOST], packed_bytes);
+      }
       EXPECT_EQ(mem.working_params[DSRT_LOC_NVME], 0u);
 
       // The 16-bit model gathered from host shards is the in-memory engine's, byte for byte.
