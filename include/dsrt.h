@@ -389,8 +389,10 @@ typedef struct {
 #define DSRT_STEP_RESULT_INIT {sizeof(dsrt_step_result), 0, 0, 0, 0.0, 0.0, 0.0}
 
 /* Called after every micro-step, like DeepSpeed's engine.step(): tensors whose gradient was not
-** signalled ready count as zero. At the accumulation boundary (every gradient_accumulation_steps-th
-** call, or where the host says: dsrt_engine_set_accumulation_boundary): reduction, overflow check,
+** signalled ready count as zero; the micro-step's gradients are reduced first, unless
+** dsrt_engine_end_backward already did it. At the accumulation boundary (every
+** gradient_accumulation_steps-th call, or where the host says:
+** dsrt_engine_set_accumulation_boundary): reduction, overflow check,
 ** unscale, clipping, the optimizer, the 16-bit copy, the scheduler and the loss scaler. out may
 ** be NULL; the library writes no more than out->struct_size bytes.
 ** Returns DSRT_OK; DSRT_ERR_INVALID_ARGUMENT (NULL engine, out->struct_size < 8); DSRT_ERR_STATE
@@ -400,6 +402,27 @@ typedef struct {
 ** for that boundary, none applies the step, and the window's gradients are dropped on every rank;
 ** the engine stays usable); DSRT_ERR_DEVICE. */
 DSRT_API dsrt_status dsrt_engine_step(dsrt_engine *engine, dsrt_step_result *out);
+
+/* The host's backward of this micro-step is complete: dsrt reduces the micro-step's gradients now
+** -- what dsrt_engine_step would otherwise do first (tensors not signalled ready count as zero,
+** the last buckets' collectives are issued and waited for, and at stage 3 the ranks check that
+** they acquired in the same order) -- so that the following dsrt_engine_step only runs the
+** boundary (as DeepSpeed's engine.backward() ends with its gradient reduction). Optional: without
+** it dsrt_engine_step does the same work, and the results are the same bit for bit either way.
+** Call it after the micro-step's last dsrt_tensor_grad_ready (after the host's work on the stream
+** of dsrt_engine_set_stream is enqueued), before dsrt_engine_step. A second call before the next
+** gradient is a no-op that returns DSRT_OK (so a host may call it whenever its backward ends). A
+** dsrt_tensor_grad or dsrt_tensor_grad_ready after it begins a new micro-step of the same
+** accumulation window (a second backward per step call), which the next dsrt_engine_step or
+** dsrt_engine_end_backward ends. Collective: every rank calls it at the same point, as
+** dsrt_engine_step. Threads: as every engine call (one thread at a time per engine).
+** Returns DSRT_OK; DSRT_ERR_INVALID_ARGUMENT (NULL engine); DSRT_ERR_STATE (before build, unusable
+** engine, a failed NVMe step pending: call dsrt_engine_step to retry it first); DSRT_ERR_COMM (a
+** rank fails or disagrees, e.g. on the stage-3 acquire order; the engine is then unusable);
+** DSRT_ERR_DEVICE. Stage 3 with offload_optimizer "nvme": a gradient swap file that fails here is
+** not reported here but, as for dsrt_tensor_grad_ready, by the window's boundary dsrt_engine_step
+** on every rank (DSRT_ERR_IO). */
+DSRT_API dsrt_status dsrt_engine_end_backward(dsrt_engine *engine);
 
 /* Optimizer steps so far (skipped included) and the current learning rate.
 ** Returns DSRT_OK, DSRT_ERR_INVALID_ARGUMENT (NULL engine or out). */

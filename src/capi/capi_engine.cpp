@@ -243,6 +243,15 @@ DSRT_API dsrt_status dsrt_engine_step(dsrt_engine *engine, dsrt_step_result *out
   });
 }
 
+DSRT_API dsrt_status dsrt_engine_end_backward(dsrt_engine *engine) {
+  const char *fn = __func__;
+  return guarded(fn, [&]() -> Status {
+    Engine *e = nullptr;
+    DSRT_RETURN_IF_ERROR(dsrt::engine_of(engine, fn, &e));
+    return e->end_backward();
+  });
+}
+
 DSRT_API dsrt_status dsrt_engine_global_step(const dsrt_engine *engine, int64_t *out) {
   const char *fn = __func__;
   return guarded(fn, [&]() -> Status {

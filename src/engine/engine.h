@@ -66,6 +66,10 @@ class Engine final : public PartitionedState {
   Status grad(size_t t, void **grad, dsrt_dtype *dtype);
   Status grad_ready(size_t t);
   Status step(dsrt_step_result *out);
+  // The host's backward of this micro-step is done: the micro-step's reduction now (what step()
+  // would otherwise do first: finish_micro_step), so the next step() only runs the boundary. Once
+  // per micro-step: a second call before the next gradient is a no-op. Collective.
+  Status end_backward();
   Status read_fp32(size_t t, float *out, uint64_t count);
   Status write_fp32(size_t t, const float *src, uint64_t count);
   Status memory(dsrt_memory_stats *out) const;
@@ -197,6 +201,8 @@ class Engine final : public PartitionedState {
   int replica_index() const override { return replica_comm_ ? replica_comm_->rank() : 0; }
   Status refresh_working_copies() override;
   const EngineCounters &counters() const override { return counters_; }
+  // wall_clock_breakdown's per-phase seconds since build (tests: what each call adds where).
+  const StepTimers &step_timers() const { return timers_; }
   void set_counters(const EngineCounters &counters) override {
     counters_ = counters;
     step_lrs_valid_ = false;  // a loaded engine has not run a boundary yet
@@ -286,6 +292,7 @@ class Engine final : public PartitionedState {
   Status read_fp32_impl(size_t t, float *out, uint64_t count);
   Status refresh_working_copies_impl();
   Status step_impl(dsrt_step_result *out);
+  Status end_backward_impl();
   // The steps of step_impl (engine_step.cpp), in order.
   Status finish_micro_step();  // after the host's stream: stage 3's agreement, the micro-step's reduction
   Status reduce_window();      // at the boundary: the window's reduction, the host copy when offloaded
@@ -437,6 +444,9 @@ class Engine final : public PartitionedState {
   Status check_new_param(const char *what, const std::string &name, const int64_t *shape, int ndim, const float *init,
                          std::vector<int64_t> *shape_out, int64_t *numel, std::vector<float> *init_out) const;
   bool built_ = false;
+  // end_backward finished the micro-step: the next step() does not finish it again. Cleared by
+  // step() and by the next micro-step's first gradient (grad, grad_ready).
+  bool micro_step_ended_ = false;
 
   Partitioning part_;
   // The masters and optimizer states wherever they live (device, host, NVMe sub-groups) and the

@@ -249,7 +249,9 @@ Status Engine::step_impl(dsrt_step_result *out) {
   std::memset(&result, 0, sizeof result);
   result.struct_size = sizeof result;
 
-  DSRT_RETURN_IF_ERROR(finish_micro_step());
+  // end_backward may have finished this micro-step already (the host's backward ended it).
+  if (!micro_step_ended_) DSRT_RETURN_IF_ERROR(finish_micro_step());
+  micro_step_ended_ = false;
   counters_.micro_step += 1;
   // The boundary: the host's word when it gave one (set_accumulation_boundary), else the count.
   const bool boundary = boundary_override_ >= 0 ? boundary_override_ == 1
@@ -277,6 +279,23 @@ Status Engine::step_impl(dsrt_step_result *out) {
     DSRT_RETURN_IF_ERROR(apply_step(unscale, result, step_start));
   }
   return complete_boundary(!overflow, result, out, step_start);
+}
+
+Status Engine::end_backward() {
+  DSRT_RETURN_IF_ERROR(require_usable("end_backward"));
+  return track(end_backward_impl());
+}
+
+// What step() does first, run when the host's backward ends (DeepSpeed reduces the last buckets
+// at the end of its backward too): the same calls in the same order, so the results are the same
+// bit for bit; step() then skips them. Its time is the reduce phase's, outside the step's total.
+Status Engine::end_backward_impl() {
+  DSRT_RETURN_IF_ERROR(require_built("end_backward"));
+  DSRT_RETURN_IF_ERROR(require_no_pending("end_backward"));
+  if (micro_step_ended_) return Status::Ok();  // already ended; no gradient since
+  DSRT_RETURN_IF_ERROR(finish_micro_step());
+  micro_step_ended_ = true;
+  return Status::Ok();
 }
 
 Status Engine::finish_micro_step() {

@@ -58,6 +58,7 @@ Status Engine::grad(size_t t, void **grad, dsrt_dtype *dtype) {
   }
   void *ptr = nullptr;
   DSRT_RETURN_IF_ERROR(reducer_.grad(t, &ptr).with_context(Format("grad('%s')", tensor_name(t).c_str())));
+  micro_step_ended_ = false;  // after end_backward: a new micro-step of the same window has begun
   // The buffer was zeroed on the engine's stream; the host writes it on its own.
   DSRT_RETURN_IF_ERROR(order_host_after_engine());
   if (grad != nullptr) *grad = ptr;
@@ -74,6 +75,7 @@ Status Engine::grad_ready(size_t t) {
                  tensor_name(t).c_str());
   // The reducer reads what the host's kernels wrote into the buffer.
   DSRT_RETURN_IF_ERROR(order_after_host());
+  micro_step_ended_ = false;  // the reducer counts t in a new micro-step from here, even if ready fails
   return reducer_.ready(t).with_context(Format("grad_ready('%s')", tensor_name(t).c_str()));
 }
 

@@ -145,6 +145,7 @@ static void null_and_invalid_arguments(void) {
   EXPECT_STATUS(dsrt_tensor_grad_ready(NULL), DSRT_ERR_INVALID_ARGUMENT);
   EXPECT_STATUS(dsrt_engine_loss_scale(NULL, &number), DSRT_ERR_INVALID_ARGUMENT);
   EXPECT_STATUS(dsrt_engine_step(NULL, &step_result), DSRT_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(dsrt_engine_end_backward(NULL), DSRT_ERR_INVALID_ARGUMENT);
   EXPECT_STATUS(dsrt_engine_global_step(NULL, &i64), DSRT_ERR_INVALID_ARGUMENT);
   EXPECT_STATUS(dsrt_engine_get_lr(NULL, &number), DSRT_ERR_INVALID_ARGUMENT);
   EXPECT_STATUS(dsrt_tensor_read_fp32(NULL, f, 4), DSRT_ERR_INVALID_ARGUMENT);
@@ -269,6 +270,7 @@ static void whole_life_of_an_engine(void) {
   dsrt_config_destroy(cfg); /* the engine copied it */
 
   EXPECT_STATUS(dsrt_engine_step(engine, NULL), DSRT_ERR_STATE);
+  EXPECT_STATUS(dsrt_engine_end_backward(engine), DSRT_ERR_STATE); /* before build */
   EXPECT_STATUS(dsrt_engine_add_param(engine, NULL, shape, 2, NULL, &bad), DSRT_ERR_INVALID_ARGUMENT);
   EXPECT_STATUS(dsrt_engine_add_param(engine, "bad", bad_shape, 2, NULL, &bad), DSRT_ERR_INVALID_ARGUMENT);
   EXPECT_STATUS(dsrt_engine_add_param(engine, "bad", shape, 9, NULL, &bad), DSRT_ERR_INVALID_ARGUMENT);
@@ -357,6 +359,8 @@ static void whole_life_of_an_engine(void) {
     memcpy(grad, g, sizeof g);
   }
   OK(dsrt_tensor_grad_ready(w));
+  OK(dsrt_engine_end_backward(engine)); /* the micro-step's reduction, inside the host's backward */
+  OK(dsrt_engine_end_backward(engine)); /* again before the next gradient: a no-op */
 
   /* struct_size: the library writes no more than the caller's struct holds. An older caller's
   ** struct ends before loss_scale; the bytes after it must be left alone. */

@@ -265,6 +265,40 @@ def test_gradients_reach_dsrt_during_backward():
     engine.close()
 
 
+@pytest.mark.parametrize("stage", [0, 2, 3])
+@pytest.mark.parametrize("gas", [1, 2])
+@pytest.mark.parametrize("passes", [1, 2])
+def test_backward_reduces_the_micro_step_with_the_same_result(stage, gas, passes):
+    """engine.backward() ends the micro-step (dsrt_engine_end_backward) when autograd returns, so
+    step() only runs the optimizer; a host calling loss.backward() itself leaves the reduction to
+    step(). Both give the same weights bit for bit, also with two backward passes per step."""
+    torch.manual_seed(3)
+    model = Net()
+    fronts = []
+    for _ in range(2):
+        engine, *_ = dsrt.initialize(model=copy.deepcopy(model), config=ds_config(stage, gas))
+        fronts.append(engine)
+    ended = []
+    original = fronts[0]._engine.end_backward
+    fronts[0]._engine.end_backward = lambda: (ended.append(1), original())
+    data = batches(4 * gas * passes, seed=7)
+    for i in range(4 * gas):
+        for p in range(passes):
+            x, y = data[i * passes + p]
+            fronts[0].backward(torch.nn.functional.mse_loss(fronts[0](x), y))
+            torch.nn.functional.mse_loss(fronts[1](x), y).backward()
+        for engine in fronts:
+            engine.step()
+    assert len(ended) == 4 * gas * passes
+    assert fronts[0].global_steps == fronts[1].global_steps == 4
+    for name, _ in model.named_parameters():
+        ours, theirs = fronts[0].get_fp32_param(name), fronts[1].get_fp32_param(name)
+        assert torch.equal(ours, theirs), name
+        assert not torch.equal(ours, dict(model.named_parameters())[name].detach().float()), name
+    for engine in fronts:
+        engine.close()
+
+
 Pair = collections.namedtuple("Pair", "value count")
 
 

@@ -616,6 +616,13 @@ class Engine(_Handle):
         self._generation += 1
         return StepResult(_check(capi.dsrt_engine_step(self.handle)))
 
+    def end_backward(self):
+        """The host's backward of this micro-step is complete: dsrt reduces the micro-step's
+        gradients now (what step() would otherwise do first), so step() only runs the boundary.
+        Optional and collective; a repeat before the next gradient is a no-op, and a gradient
+        after it begins a new micro-step of the same window."""
+        _check(capi.dsrt_engine_end_backward(self.handle))
+
     # -- parameter groups and host-driven hyperparameters --------------------------------------
 
     def add_group(self, **hyper):

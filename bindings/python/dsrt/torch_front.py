@@ -215,7 +215,10 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, ModelStateMixin, torch.nn.Module):
         Returns the loss divided by gradient_accumulation_steps, as DeepSpeed does. With
         scale_wrt_gas=False (the host divided its loss itself) dsrt does not divide the window's
         gradient by gradient_accumulation_steps; it may change only between windows. Several
-        backward calls per step() call accumulate into the same window."""
+        backward calls per step() call accumulate into the same window. When autograd returns,
+        dsrt reduces the micro-step's gradients (dsrt_engine_end_backward), as DeepSpeed's backward
+        ends with its gradient reduction, so step() only runs the optimizer; a host that calls
+        loss.backward() itself leaves that to step()."""
         if not self._groups.window_open:
             self._engine.set_scale_wrt_gas(scale_wrt_gas)
         elif bool(scale_wrt_gas) != self._scale_wrt_gas:
@@ -229,6 +232,9 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, ModelStateMixin, torch.nn.Module):
         self._engine.report_loss(loss.detach().float().mean().item())  # the monitors' train_loss
         with _monitors.timed(self._engine, _core.capi.DSRT_HOST_BACKWARD, self._timed):
             (loss.float() * scale).backward(retain_graph=retain_graph)
+            # The micro-step's last buckets reduced here, not in step(). Under ZeRO-3 the
+            # parameters autograd never reached stay gathered until step() releases them, as before.
+            self._engine.end_backward()
         return loss.detach() / self.gradient_accumulation_steps_ if scale_wrt_gas else loss.detach()
 
     def set_gradient_accumulation_boundary(self, is_boundary):

@@ -22,7 +22,7 @@ using .LibDsrt
 const L = LibDsrt
 
 export Config, Comm, Engine, Tensor, Checkpoint, DsrtError, StepResult, MemoryStats
-export add_param!, add_frozen_param!, build!, step!, loss_scale, global_step, lr, tensors, memory, acquire, grad!,
+export add_param!, add_frozen_param!, build!, step!, end_backward!, loss_scale, global_step, lr, tensors, memory, acquire, grad!,
        read_fp32, write_fp32!, save_checkpoint, load_checkpoint!, save_16bit_model, set_client_state!,
        client_state, tensor_names, tensor_shape, read_tensor, export_safetensors, rank, world_size,
        barrier, set_number!, set_string!, set_bool!, set_hidden_size!, set_world_size!, get_number,
@@ -333,6 +333,11 @@ function step!(e::Engine)
     x = r[]
     return StepResult(x.global_step, x.boundary != 0, x.overflow != 0, x.grad_norm, x.lr, x.loss_scale)
 end
+
+"""The host's backward of this micro-step is complete: dsrt reduces the micro-step's gradients
+now (what `step!` would otherwise do first), so `step!` only runs the boundary. Optional and
+collective; a no-op when repeated before the next gradient."""
+end_backward!(e::Engine) = check(L.dsrt_engine_end_backward(e), :dsrt_engine_end_backward)
 
 function global_step(e::Engine)
     out = Ref{Int64}(0)

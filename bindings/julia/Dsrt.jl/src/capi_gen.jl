@@ -99,6 +99,7 @@ end
         "dsrt_step_result: the C layout (size 48, offsets 0, 8, 16, 20, 24, 32, 40) differs on this platform")
 
 dsrt_engine_step(engine, out) = ccall((:dsrt_engine_step, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Ptr{dsrt_step_result}), engine, out)
+dsrt_engine_end_backward(engine) = ccall((:dsrt_engine_end_backward, libdsrt), dsrt_status, (Ptr{dsrt_engine},), engine)
 dsrt_engine_global_step(engine, out) = ccall((:dsrt_engine_global_step, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Ptr{Int64}), engine, out)
 dsrt_engine_get_lr(engine, out) = ccall((:dsrt_engine_get_lr, libdsrt), dsrt_status, (Ptr{dsrt_engine}, Ptr{Float64}), engine, out)
 dsrt_tensor_read_fp32(tensor, out, count) = ccall((:dsrt_tensor_read_fp32, libdsrt), dsrt_status, (Ptr{dsrt_tensor}, Ptr{Float32}, UInt64), tensor, out, count)

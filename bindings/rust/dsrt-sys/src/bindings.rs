@@ -407,6 +407,9 @@ extern "C" {
     pub fn dsrt_engine_step(engine: *mut dsrt_engine, out: *mut dsrt_step_result) -> dsrt_status;
 }
 extern "C" {
+    pub fn dsrt_engine_end_backward(engine: *mut dsrt_engine) -> dsrt_status;
+}
+extern "C" {
     pub fn dsrt_engine_global_step(engine: *const dsrt_engine, out: *mut i64) -> dsrt_status;
 }
 extern "C" {

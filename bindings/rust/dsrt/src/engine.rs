@@ -208,6 +208,16 @@ impl Engine {
         })
     }
 
+    /// The host's backward of this micro-step is complete: dsrt reduces the micro-step's
+    /// gradients now (what `step()` would otherwise do first), so `step()` only runs the boundary.
+    /// Optional, collective, a no-op when repeated before the next gradient; a later `grad`
+    /// begins a new micro-step of the same window. Fails with `State` while tensor views are open
+    /// (the gradient buffers they point into go back to dsrt).
+    pub fn end_backward(&self) -> Result<()> {
+        self.require_no_views("dsrt_engine_end_backward")?;
+        check(unsafe { sys::dsrt_engine_end_backward(self.raw.as_ptr()) }, "dsrt_engine_end_backward")
+    }
+
     pub fn global_step(&self) -> Result<i64> {
         let mut v = 0;
         check(unsafe { sys::dsrt_engine_global_step(self.raw.as_ptr(), &mut v) }, "dsrt_engine_global_step")?;
