@@ -257,7 +257,9 @@ void run(dsrt_device_type type) {
     Status s = coordinator.overwrite(t, full.data());
     ASSERT_TRUE(s.ok()) << s.message();
     const bool view = type == DSRT_DEVICE_CPU && !coordinator.persistent(t);
-    if (view) EXPECT_EQ(gathered, source.kept[t].data());
+    if (view) {
+      EXPECT_EQ(gathered, source.kept[t].data());
+    }
     EXPECT_EQ(device.uploads_to(gathered), before + (view ? 0 : 1)) << "tensor " << t;
     std::vector<uint16_t> got(full.size());
     ASSERT_TRUE(device.copy(got.data(), gathered, got.size() * 2, nullptr).ok());
