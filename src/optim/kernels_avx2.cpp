@@ -11,13 +11,13 @@
 #include <immintrin.h>
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,prfchw"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
 #else
 #pragma GCC push_options
 // GCC 12 reports the intrinsics' deliberately undefined pass-through operands.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC target("avx2,fma,f16c,prfchw")
+#pragma GCC target("avx2,fma,f16c")
 #endif
 
 namespace dsrt {

@@ -39,7 +39,8 @@ constexpr size_t kStreamMinElements = 1 << 14;
 // 0.95 -> 1.10 Gparams/s on AdamW with a working copy over 33.7M parameters; 1 KiB was slower, 4
 // KiB no better) keeps them coming; the sums of squares, accumulations and conversions below ask
 // the same way (a read-only sum: about 20% faster). Arrays written back by the pass are asked for
-// with intent to write. Addresses past an array's end are only hints: prefetches never fault.
+// with intent to write (PREFETCHW in the AVX-512 build, whose CPUs all have it; a plain prefetch
+// elsewhere). Addresses past an array's end are only hints: prefetches never fault.
 constexpr size_t kPrefetchElements = 512;
 
 template <int D>
