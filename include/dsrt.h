@@ -570,7 +570,8 @@ DSRT_API int32_t dsrt_tensor_group(const dsrt_tensor *tensor);
 DSRT_API dsrt_status dsrt_engine_set_group_hyper(dsrt_engine *engine, int32_t group, const char *name, double value);
 
 /* The value of a group's hyperparameter in force for the next boundary step ("lr" with a config
-** scheduler: the schedule's next value). DSRT_ERR_INVALID_ARGUMENT for NULL, an unknown group or name. */
+** scheduler: the schedule's next value; under OneCycle with cycle_momentum also "beta1", or SGD's
+** "momentum", and the "beta2" it pins). DSRT_ERR_INVALID_ARGUMENT for NULL, an unknown group or name. */
 DSRT_API dsrt_status dsrt_engine_get_group_hyper(const dsrt_engine *engine, int32_t group, const char *name,
                                                  double *out);
 

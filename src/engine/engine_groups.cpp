@@ -62,8 +62,18 @@ Status Engine::set_group_hyper(int32_t group, const char *name, double value) {
 
 Status Engine::get_group_hyper(int32_t group, const char *name, double *out) const {
   DSRT_RETURN_IF_ERROR(groups_.get(group, name, out));
-  if (name != nullptr && std::string(name) == "lr" && config_.scheduler.type != SchedulerType::None)
+  if (name == nullptr || config_.scheduler.type == SchedulerType::None) return Status::Ok();
+  // What the config's schedule drives, as group_hyper() applies it: lr, and under OneCycle's
+  // momentum cycle beta1 (SGD: momentum) and the pinned beta2.
+  const std::string which(name);
+  const OptimizerType type = config_.optimizer.type;
+  const bool sgd = type == OptimizerType::SGD;
+  if (which == "lr")
     *out = scheduler_->lr();
+  else if (scheduler_->has_momentum() && ((which == "beta1" && !sgd) || (which == "momentum" && sgd)))
+    *out = scheduler_->momentum();
+  else if (which == "beta2" && scheduler_->has_beta2() && !sgd && type != OptimizerType::Adagrad)
+    *out = scheduler_->beta2();
   return Status::Ok();
 }
 

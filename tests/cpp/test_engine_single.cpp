@@ -248,6 +248,40 @@ std::vector<float> read_all(Engine &engine) {
   return out;
 }
 
+// The values get_group_hyper reports are those the next step uses: under OneCycle's momentum
+// cycle also beta1 and the beta2 it pins, which a host cannot set. Before its first step
+// DeepSpeed's OneCycle sets the betas to (cycle_min_mom, 0.99); then beta1 falls while lr rises.
+TEST(EngineSingle, OneCycleReportsTheScheduledMomentum) {
+  TrainConfig config = base_config(OptimizerType::Adam);
+  config.scheduler.type = SchedulerType::OneCycle;
+  config.scheduler.cycle_min_lr = 0.001;
+  config.scheduler.cycle_max_lr = 0.02;
+  config.scheduler.cycle_first_step_size = 4;
+  EngineRun run = make_run(config, 1);
+  Engine &e = *run.engine;
+  std::vector<double> lrs, beta1s;
+  for (int i = 0; i < 4; ++i) {
+    double lr = 0, beta1 = 0, beta2 = 0;
+    ASSERT_TRUE(e.get_group_hyper(0, "lr", &lr).ok());
+    ASSERT_TRUE(e.get_group_hyper(0, "beta1", &beta1).ok());
+    ASSERT_TRUE(e.get_group_hyper(0, "beta2", &beta2).ok());
+    EXPECT_EQ(beta2, 0.99);
+    lrs.push_back(lr);
+    beta1s.push_back(beta1);
+    write_constant_grads(e, 0.5f);
+    ASSERT_TRUE(e.step(nullptr).ok());
+  }
+  EXPECT_EQ(lrs[0], config.scheduler.cycle_min_lr);
+  EXPECT_EQ(beta1s[0], config.scheduler.cycle_min_mom);
+  for (size_t i = 2; i < lrs.size(); ++i) {
+    EXPECT_GT(lrs[i], lrs[i - 1]);
+    EXPECT_LT(beta1s[i], beta1s[i - 1]);
+  }
+  EXPECT_GT(beta1s[1], config.scheduler.cycle_min_mom);
+  EXPECT_LE(beta1s[1], config.scheduler.cycle_max_mom);
+  EXPECT_EQ(e.set_group_hyper(0, "beta1", 0.9).code(), DSRT_ERR_STATE);
+}
+
 TEST(EngineSingle, Fp16OverflowSkipsHalvesAndGrows) {
   TrainConfig config = base_config(OptimizerType::AdamW);
   config.fp16.enabled = true;

@@ -155,3 +155,30 @@ def test_checkpoint_resumes_groups_and_client_scheduler(tmp_path, stage):
         err = float((engine.get_fp32_param(name) - param.detach()).norm() / param.detach().norm())
         assert err < 1e-5, "%s: %g (seed %d)" % (name, err, SEED)
     engine.close()
+
+
+@pytest.mark.parametrize("kind,name", [("Adam", "beta1"), ("SGD", "momentum")])
+def test_onecycle_drives_the_momentum_of_config_groups(kind, name):
+    """A config OneCycle with cycle_momentum drives Adam's beta1 (and, unless DeepSpeed turns it off
+    for SGD, the momentum); the front shows dsrt's values in param_groups without sending them back."""
+    model = worker.Net()
+    params = {"lr": 0.01, "momentum": 0.9} if kind == "SGD" else {"lr": 0.01}
+    cfg = {"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": kind, "params": params},
+           "zero_allow_untested_optimizer": True,
+           "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0.001, "cycle_max_lr": 0.02,
+                                                        "cycle_first_step_size": 3}}}
+    engine, optimizer, _, _ = dsrt.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+    lrs, moms = [], []
+    x, y = torch.randn(4, 12), torch.randn(4, 5)
+    for _ in range(3):  # the first cycle's rising half (cycle_first_step_size 3)
+        engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+        engine.step()
+        group = optimizer.param_groups[0]
+        lrs.append(group["lr"])
+        moms.append(engine._engine.get_group_hyper(0, name))
+    assert lrs == sorted(lrs) and lrs[0] < lrs[-1], lrs
+    if kind == "Adam":
+        assert moms == sorted(moms, reverse=True) and moms[0] > moms[-1], moms  # momentum falls as lr rises
+    else:
+        assert moms == [0.9] * 3, moms  # DeepSpeed does not cycle SGD's momentum
+    engine.close()

@@ -10,9 +10,9 @@ Sources, as DeepSpeed's initialize takes them:
 The param_groups dicts stay live: before the first gradient of every accumulation window the front
 reads them and sends dsrt every value that changed (dsrt_engine_set_group_hyper), so anything that
 writes param_groups between windows (torch's LR schedulers, the HF Trainer's schedule, user code)
-drives dsrt. With a "scheduler" section in the config the schedule drives lr: after each boundary
-the front writes the schedule's lr into param_groups, and a host that writes another lr gets
-dsrt's StateError naming the scheduler.
+drives dsrt. With a "scheduler" section in the config the schedule drives lr (OneCycle also the
+momentum): after each boundary the front writes the schedule's values into param_groups, and a host
+that writes another gets dsrt's StateError naming the scheduler.
 """
 
 from . import _core
@@ -98,6 +98,13 @@ class GroupSync:
                 self._engine.set_group_hyper(g, name, value)
                 self._sent[g][name] = value
 
+    def adopt(self):
+        """The groups' current values are dsrt's own (read back from it): nothing to send for them.
+        Pushing them would also set values a config scheduler drives (OneCycle's momentum), which
+        dsrt refuses."""
+        for g, group in enumerate(self.param_groups):
+            self._sent[g].update(dsrt_values(self._kind, group, g))
+
     def begin_window(self):
         if not self.window_open:
             self.push()
@@ -110,10 +117,24 @@ class GroupSync:
             self.write_schedule()
 
     def write_schedule(self):
+        """The schedule's next lr into param_groups, and under OneCycle's momentum cycle its betas
+        (SGD: momentum), as DeepSpeed's schedules write every param group. A value the host has
+        written since the last push stays (it is sent at the next window)."""
         for g, group in enumerate(self.param_groups):
             lr = self._engine.get_group_hyper(g, "lr")
             group["lr"] = lr
             self._sent[g]["lr"] = lr
+            keys = _KEYS.get(self._kind, ())
+            sent = self._sent[g]
+            if "betas" in keys and "betas" in group:
+                if (float(group["betas"][0]), float(group["betas"][1])) == (sent.get("beta1"), sent.get("beta2")):
+                    betas = (self._engine.get_group_hyper(g, "beta1"), self._engine.get_group_hyper(g, "beta2"))
+                    group["betas"] = betas
+                    sent["beta1"], sent["beta2"] = betas
+            if "momentum" in keys and "momentum" in group and float(group["momentum"]) == sent.get("momentum"):
+                momentum = self._engine.get_group_hyper(g, "momentum")
+                group["momentum"] = momentum
+                sent["momentum"] = momentum
 
     def pull(self):
         """After a checkpoint load: param_groups take the values dsrt restored (as torch's

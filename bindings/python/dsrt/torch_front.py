@@ -128,7 +128,7 @@ class DsrtEngine(Zero3Mixin, CheckpointMixin, ModelStateMixin, torch.nn.Module):
                     group[key] = bool(self._engine.get_group_hyper(g, "nesterov"))
                 else:
                     group[key] = self._engine.get_group_hyper(g, key)
-        self._groups.push(initial=True)
+        self._groups.adopt()
         if scheduled:
             self._groups.write_schedule()
         self._client_scheduler = None
