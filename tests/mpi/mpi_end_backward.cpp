@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../cpp/engine_test_util.h"
+#include "../cpp/offload_test_util.h"
 #include "mpi_test_main.h"
 
 namespace dsrt {
@@ -23,19 +24,8 @@ std::shared_ptr<Comm> g_world;
 
 const std::vector<std::vector<int64_t>> kShapes = {{7}, {1000}, {33, 65}, {3000}, {5}, {129}};
 
-int64_t numel_of(const std::vector<int64_t> &shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-std::vector<float> gaussian(uint32_t seed, size_t n, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> out(n);
-  for (float &x : out) x = dist(rng);
-  return out;
-}
+using offload_test::gaussian;
+using offload_test::numel_of;
 
 enum class Offload { None, Optimizer, OptimizerAndParams };
 
