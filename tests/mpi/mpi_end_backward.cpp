@@ -9,7 +9,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -61,49 +60,18 @@ TrainConfig make_config(const Variant &v) {
 
 std::unique_ptr<Engine> make_engine(const TrainConfig &config) {
   std::unique_ptr<Engine> engine;
-  Status s = Engine::create(config, g_world, &engine);
-  EXPECT_TRUE(s.ok()) << s.message();
-  if (!engine) return engine;
-  for (size_t t = 0; t < kShapes.size(); ++t) {
-    const std::vector<float> init = gaussian(100 + static_cast<uint32_t>(t), static_cast<size_t>(numel_of(kShapes[t])), 0.5f);
-    s = engine->add_param("layer" + std::to_string(t), kShapes[t].data(), static_cast<int>(kShapes[t].size()),
-                          init.data(), nullptr);
-    EXPECT_TRUE(s.ok()) << s.message();
-  }
-  s = engine->build();
+  Status s = offload_test::make_engine(config, g_world, kShapes, &engine);
   EXPECT_TRUE(s.ok()) << s.message();
   if (!s.ok()) engine.reset();
   return engine;
 }
 
-// One backward pass of a host: forward acquires in order, backward acquires in reverse and writes
-// each gradient (this rank's, from the seed) as it is produced.
-void host_backward(Engine &e, uint32_t seed) {
-  for (size_t t = 0; t < e.num_tensors(); ++t) {
-    void *data = nullptr;
-    ASSERT_TRUE(e.acquire(t, &data, nullptr).ok());
-    ASSERT_TRUE(e.release(t).ok());
-  }
-  for (size_t t = e.num_tensors(); t-- > 0;) {
-    void *data = nullptr;
-    ASSERT_TRUE(e.acquire(t, &data, nullptr).ok());
-    const std::vector<float> g = gaussian(seed * 7919u + 31u * static_cast<uint32_t>(g_world->rank()) + static_cast<uint32_t>(t),
-                                          static_cast<size_t>(e.tensor_numel(t)), 0.3f);
-    Status s = testing_util::update_grad(e, t, [&](void *buffer, dsrt_dtype dtype) {
-      for (size_t i = 0; i < g.size(); ++i) from_float(buffer, dtype, i, g[i]);
-    });
-    ASSERT_TRUE(s.ok()) << s.message();
-    ASSERT_TRUE(e.grad_ready(t).ok());
-    ASSERT_TRUE(e.release(t).ok());
-  }
-}
-
-// calls micro-steps: passes backward passes each, then end_backward (when asked, after every
-// pass) and step. Returns every tensor's fp32 master.
+// calls micro-steps: passes backward passes each (offload_test::host_micro_step), then
+// end_backward (when asked, after every pass) and step. Returns every tensor's fp32 master.
 std::vector<std::vector<float>> train(Engine &e, int calls, int passes, bool end_backward) {
   for (int micro = 0; micro < calls; ++micro) {
     for (int pass = 0; pass < passes; ++pass) {
-      host_backward(e, static_cast<uint32_t>(1 + micro * passes + pass));
+      offload_test::host_micro_step(e, static_cast<uint32_t>(1 + micro * passes + pass));
       if (end_backward) {
         Status s = e.end_backward();
         EXPECT_TRUE(s.ok()) << s.message();
@@ -115,25 +83,16 @@ std::vector<std::vector<float>> train(Engine &e, int calls, int passes, bool end
     EXPECT_TRUE(s.ok()) << s.message();
     EXPECT_EQ(r.overflow, 0);
   }
-  std::vector<std::vector<float>> masters;
-  for (size_t t = 0; t < e.num_tensors(); ++t) {
-    std::vector<float> m(static_cast<size_t>(e.tensor_numel(t)));
-    Status s = e.read_fp32(t, m.data(), m.size());
-    EXPECT_TRUE(s.ok()) << s.message();
-    masters.push_back(std::move(m));
-  }
-  return masters;
+  return offload_test::read_all(e);
 }
 
-void expect_bitwise_equal(const std::vector<std::vector<float>> &a, const std::vector<std::vector<float>> &b,
-                          const std::vector<std::vector<float>> &init) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t t = 0; t < a.size(); ++t) {
-    ASSERT_EQ(a[t].size(), b[t].size());
-    EXPECT_EQ(std::memcmp(a[t].data(), b[t].data(), a[t].size() * sizeof(float)), 0) << "tensor " << t;
-    // The runs trained: the masters moved from their initial values.
+// a and b bit for bit, and both trained: the masters moved from their initial values.
+void expect_same_trained(const std::vector<std::vector<float>> &a, const std::vector<std::vector<float>> &b,
+                         const std::vector<std::vector<float>> &init) {
+  offload_test::expect_bitwise_equal(a, b);
+  ASSERT_EQ(a.size(), init.size());
+  for (size_t t = 0; t < a.size(); ++t)
     EXPECT_NE(std::memcmp(a[t].data(), init[t].data(), a[t].size() * sizeof(float)), 0) << "tensor " << t;
-  }
 }
 
 std::vector<std::vector<float>> initial_values() {
@@ -163,21 +122,40 @@ std::vector<Variant> variants() {
   return out;
 }
 
+// Two engines of v's config trained over two windows of `passes` backward passes per step call,
+// one leaving the reduction to step (a second pass's grad() ends the first), one calling
+// end_backward after every pass: the same masters, bit for bit.
+struct Compared {
+  std::unique_ptr<Engine> plain, ended;
+  std::vector<std::vector<float>> got;  // ended's masters
+};
+
+Compared compare_with_and_without(const Variant &v, int passes, const std::vector<std::vector<float>> &init) {
+  Compared c;
+  const TrainConfig config = make_config(v);
+  c.plain = make_engine(config);
+  c.ended = make_engine(config);
+  if (!c.plain || !c.ended) {
+    ADD_FAILURE() << "engines not built";
+    return c;
+  }
+  const int calls = 2 * v.gas;
+  const auto want = train(*c.plain, calls, passes, false);
+  c.got = train(*c.ended, calls, passes, true);
+  expect_same_trained(want, c.got, init);
+  EXPECT_EQ(c.ended->counters().global_step, 2);
+  return c;
+}
+
 TEST(MpiEndBackward, SameMastersBitForBit) {
   const std::vector<std::vector<float>> init = initial_values();
   for (const Variant &v : variants()) {
     SCOPED_TRACE(name_of(v));
-    const TrainConfig config = make_config(v);
-    std::unique_ptr<Engine> plain = make_engine(config), ended = make_engine(config);
-    ASSERT_TRUE(plain && ended);
-    const int calls = 2 * v.gas;
-    const auto want = train(*plain, calls, 1, false);
-    const auto got = train(*ended, calls, 1, true);
-    expect_bitwise_equal(want, got, init);
+    const Compared c = compare_with_and_without(v, 1, init);
+    ASSERT_TRUE(c.plain && c.ended);
     // The micro-steps were counted once each: the same boundaries, the same step count.
-    EXPECT_EQ(ended->counters().global_step, 2);
-    EXPECT_EQ(ended->counters().applied_steps, plain->counters().applied_steps);
-    EXPECT_EQ(ended->counters().micro_step, 0);
+    EXPECT_EQ(c.ended->counters().applied_steps, c.plain->counters().applied_steps);
+    EXPECT_EQ(c.ended->counters().micro_step, 0);
   }
 }
 
@@ -185,23 +163,17 @@ TEST(MpiEndBackward, SecondBackwardBeginsAMicroStepOfTheWindow) {
   const std::vector<std::vector<float>> init = initial_values();
   for (const Variant &v : variants()) {
     SCOPED_TRACE(name_of(v));
-    const TrainConfig config = make_config(v);
-    std::unique_ptr<Engine> plain = make_engine(config), ended = make_engine(config);
-    ASSERT_TRUE(plain && ended);
-    const int calls = 2 * v.gas;
-    const auto want = train(*plain, calls, 2, false);  // the second pass's grad() ends the first
-    const auto got = train(*ended, calls, 2, true);
-    expect_bitwise_equal(want, got, init);
-    EXPECT_EQ(ended->counters().global_step, 2);
+    const Compared c = compare_with_and_without(v, 2, init);
+    ASSERT_TRUE(c.plain && c.ended);
     if (v.gas != 1) continue;
     // One step call over two passes holds both passes' gradients: the same bits as a window of two
     // micro-steps (one pass each) that is not divided by its length.
-    TrainConfig two = config;
+    TrainConfig two = make_config(v);
     two.gradient_accumulation_steps = 2;
     std::unique_ptr<Engine> windows = make_engine(two);
     ASSERT_TRUE(windows);
     ASSERT_TRUE(windows->set_scale_wrt_gas(false).ok());
-    expect_bitwise_equal(train(*windows, 2 * calls, 1, true), got, init);
+    expect_same_trained(train(*windows, 2 * 2 * v.gas, 1, true), c.got, init);
   }
 }
 
@@ -210,7 +182,7 @@ TEST(MpiEndBackward, RepeatedCallIsANoOpAndTheReduceTimerCountsOnce) {
   config.wall_clock_breakdown = true;
   std::unique_ptr<Engine> e = make_engine(config);
   ASSERT_TRUE(e);
-  host_backward(*e, 5);
+  offload_test::host_micro_step(*e, 5);
   const double reduce0 = e->step_timers().get(StepPhase::Reduce);
   const double total0 = e->step_timers().get(StepPhase::Total);
   ASSERT_TRUE(e->end_backward().ok());
@@ -229,7 +201,7 @@ TEST(MpiEndBackward, RepeatedCallIsANoOpAndTheReduceTimerCountsOnce) {
   EXPECT_EQ(e->counters().micro_step, 1) << "the micro-step is counted once";
   EXPECT_EQ(e->step_timers().get(StepPhase::Reduce), reduce1) << "step does not reduce the micro-step again";
   // Without end_backward the step reduces, as before.
-  host_backward(*e, 6);
+  offload_test::host_micro_step(*e, 6);
   ASSERT_TRUE(e->step(&r).ok());
   EXPECT_EQ(r.boundary, 1);
   EXPECT_GT(e->step_timers().get(StepPhase::Reduce), reduce1);
