@@ -13,9 +13,13 @@
 
 #include "optim/cpu_optimizer.h"
 #include "util/half.h"
+#include "isa_test_util.h"
 
 namespace dsrt {
 namespace {
+
+using isa_test::available_isas;
+using isa_test::IsaGuard;
 
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kSanitized = true;
@@ -30,24 +34,6 @@ constexpr bool kSanitized = false;
 #endif
 // A million-plus odd length runs the threaded path; sanitized builds (10x slower) use a tenth.
 constexpr size_t kLong = kSanitized ? 100003 : 1000003;
-
-std::vector<std::string> available_isas() {
-  std::vector<std::string> isas;
-  for (const char *isa : {"scalar", "avx2", "avx512"}) {
-    if (cpu_optimizer_isa_available(isa)) isas.push_back(isa);
-  }
-  return isas;
-}
-
-// Restores the process-wide ISA when a test ends.
-class IsaGuard {
- public:
-  IsaGuard() : saved_(cpu_optimizer_isa()) {}
-  ~IsaGuard() { (void)cpu_optimizer_set_isa(saved_.c_str()); }
-
- private:
-  std::string saved_;
-};
 
 // Float bit patterns that stress both 16-bit roundings: every value at and around each fp16 and
 // bf16 rounding tie, the special values, and random bits.

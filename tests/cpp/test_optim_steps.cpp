@@ -12,9 +12,12 @@
 #include "optim/cpu_optimizer.h"
 #include "util/aligned_buffer.h"
 #include "util/half.h"
+#include "isa_test_util.h"
 
 namespace dsrt {
 namespace {
+
+using isa_test::available_isas;
 
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kSanitized = true;
@@ -29,14 +32,6 @@ constexpr bool kSanitized = false;
 #endif
 
 constexpr int kSteps = 3;
-
-std::vector<std::string> available_isas() {
-  std::vector<std::string> isas;
-  for (const char *isa : {"scalar", "avx2", "avx512"}) {
-    if (cpu_optimizer_isa_available(isa)) isas.push_back(isa);
-  }
-  return isas;
-}
 
 struct Case {
   std::string name;

@@ -15,25 +15,13 @@
 #include "optim/cpu_optimizer.h"
 #include "quant/quantize.h"
 #include "util/half.h"
+#include "isa_test_util.h"
 
 namespace dsrt {
 namespace {
 
-std::vector<std::string> available_isas() {
-  std::vector<std::string> isas;
-  for (const char *isa : {"scalar", "avx2", "avx512"})
-    if (cpu_optimizer_isa_available(isa)) isas.push_back(isa);
-  return isas;
-}
-
-class IsaGuard {
- public:
-  IsaGuard() : saved_(cpu_optimizer_isa()) {}
-  ~IsaGuard() { (void)cpu_optimizer_set_isa(saved_.c_str()); }
-
- private:
-  std::string saved_;
-};
+using isa_test::available_isas;
+using isa_test::IsaGuard;
 
 // n values of dtype whose magnitude changes from group to group (so scales differ by decades).
 std::vector<uint8_t> random_values(size_t n, dsrt_dtype dtype, size_t group, uint32_t seed) {

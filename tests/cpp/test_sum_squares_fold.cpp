@@ -25,28 +25,19 @@
 #include "util/half.h"
 #include "zero/grad_reducer.h"
 #include "zero/partition.h"
+#include "isa_test_util.h"
 
 namespace dsrt {
 namespace {
 
-std::vector<std::string> isas() {
-  std::vector<std::string> out;
-  for (const char *isa : {"scalar", "avx2", "avx512"})
-    if (cpu_optimizer_isa_available(isa)) out.push_back(isa);
-  return out;
-}
-
 // Restores the ISA and the OpenMP thread count a test changed.
 class Restore {
  public:
-  Restore() : isa_(cpu_optimizer_isa()), threads_(omp_get_max_threads()) {}
-  ~Restore() {
-    (void)cpu_optimizer_set_isa(isa_.c_str());
-    omp_set_num_threads(threads_);
-  }
+  Restore() : threads_(omp_get_max_threads()) {}
+  ~Restore() { omp_set_num_threads(threads_); }
 
  private:
-  std::string isa_;
+  isa_test::IsaGuard isa_;
   int threads_;
 };
 
@@ -137,7 +128,7 @@ void check_fold(const Case &c, uint32_t seed) {
 TEST(SumSquaresFold, EqualsTheNormPassBitForBit) {
   Restore restore;
   uint32_t seed = 40;
-  for (const std::string &isa : isas()) {
+  for (const std::string &isa : isa_test::available_isas()) {
     ASSERT_TRUE(cpu_optimizer_set_isa(isa.c_str()).ok());
     for (int threads : {1, 2}) {
       omp_set_num_threads(threads);
@@ -247,7 +238,7 @@ ReducerRun run_reducer(int stage, int micro_steps, bool fold_norm, int early_las
 
 TEST(SumSquaresFold, ReducerFoldsTheLastMicroStep) {
   Restore restore;
-  for (const std::string &isa : isas()) {
+  for (const std::string &isa : isa_test::available_isas()) {
     ASSERT_TRUE(cpu_optimizer_set_isa(isa.c_str()).ok());
     for (int threads : {1, 2}) {
       omp_set_num_threads(threads);
