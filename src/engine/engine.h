@@ -310,6 +310,8 @@ class Engine final : public PartitionedState {
   void fix_step_lrs();
   // The kernels' hyperparameters of group g for this boundary.
   OptimizerHyper group_hyper(size_t g) const;
+  // The scheduler's momentum, pinned beta2 and their flags, with the given lr (engine_groups.cpp).
+  ScheduledHyper scheduled_hyper(double lr) const;
   void report_progress(const dsrt_step_result &result);
   Status complete_boundary(bool applied, dsrt_step_result &result, dsrt_step_result *out, double step_start);
   Status require_no_pending(const char *what) const;

@@ -61,20 +61,19 @@ Status Engine::set_group_hyper(int32_t group, const char *name, double value) {
 }
 
 Status Engine::get_group_hyper(int32_t group, const char *name, double *out) const {
-  DSRT_RETURN_IF_ERROR(groups_.get(group, name, out));
-  if (name == nullptr || config_.scheduler.type == SchedulerType::None) return Status::Ok();
-  // What the config's schedule drives, as group_hyper() applies it: lr, and under OneCycle's
-  // momentum cycle beta1 (SGD: momentum) and the pinned beta2.
-  const std::string which(name);
-  const OptimizerType type = config_.optimizer.type;
-  const bool sgd = type == OptimizerType::SGD;
-  if (which == "lr")
-    *out = scheduler_->lr();
-  else if (scheduler_->has_momentum() && ((which == "beta1" && !sgd) || (which == "momentum" && sgd)))
-    *out = scheduler_->momentum();
-  else if (which == "beta2" && scheduler_->has_beta2() && !sgd && type != OptimizerType::Adagrad)
-    *out = scheduler_->beta2();
-  return Status::Ok();
+  if (config_.scheduler.type == SchedulerType::None) return groups_.get(group, name, out);
+  const ScheduledHyper next = scheduled_hyper(scheduler_->lr());
+  return groups_.get(group, name, out, &next);
+}
+
+ScheduledHyper Engine::scheduled_hyper(double lr) const {
+  ScheduledHyper s;
+  s.lr = lr;
+  s.has_momentum = scheduler_->has_momentum();
+  s.momentum = scheduler_->momentum();
+  s.has_beta2 = scheduler_->has_beta2();
+  s.beta2 = scheduler_->beta2();
+  return s;
 }
 
 Status Engine::group_lr_used(int32_t group, double *out) const {
@@ -93,8 +92,7 @@ void Engine::fix_step_lrs() {
 }
 
 OptimizerHyper Engine::group_hyper(size_t g) const {
-  return groups_.hyper(g, step_lrs_[g], counters_.applied_steps + 1, scheduler_->has_momentum(), scheduler_->momentum(),
-                       scheduler_->has_beta2(), scheduler_->beta2());
+  return groups_.hyper(g, counters_.applied_steps + 1, scheduled_hyper(step_lrs_[g]));
 }
 
 Status Engine::set_accumulation_boundary(int32_t mode) {

@@ -152,9 +152,7 @@ Status ParamGroups::set(int32_t group, const char *name, double value) {
     return Error(DSRT_ERR_INVALID_ARGUMENT, "set_group_hyper(group %d): %s does not use '%s'; it uses: %s", group,
                  optimizer_type_name(config_.type), name, names_for(config_.type).c_str());
   if (!schedule_name_.empty()) {
-    const bool momentum_value =
-        (which == HyperName::Beta1 && config_.type != OptimizerType::SGD) || which == HyperName::Momentum;
-    if (which == HyperName::Lr || (schedule_momentum_ && momentum_value))
+    if (which == HyperName::Lr || (schedule_momentum_ && is_momentum(which)))
       return Error(DSRT_ERR_STATE,
                    "set_group_hyper(group %d, '%s'): the config's scheduler %s sets %s of every group; the host and "
                    "the config cannot both drive it -- remove the \"scheduler\" section to drive it from the host, "
@@ -181,14 +179,35 @@ Status ParamGroups::set_raw(size_t group, HyperName name, double value) {
   return Status::Ok();
 }
 
-Status ParamGroups::get(int32_t group, const char *name, double *out) const {
+Status ParamGroups::get(int32_t group, const char *name, double *out, const ScheduledHyper *schedule) const {
   DSRT_RETURN_IF_ERROR(check_group("get_group_hyper", group));
   HyperName which;
   if (name == nullptr || !parse_name(name, &which))
     return Error(DSRT_ERR_INVALID_ARGUMENT, "get_group_hyper(group %d): unknown hyperparameter '%s'; names: %s", group,
                  name ? name : "(null)", names_for(config_.type).c_str());
-  *out = get_raw(static_cast<size_t>(group), which);
+  if (schedule == nullptr || !scheduled(which, *schedule, out)) *out = get_raw(static_cast<size_t>(group), which);
   return Status::Ok();
+}
+
+bool ParamGroups::is_momentum(HyperName which) const {
+  return which == (config_.type == OptimizerType::SGD ? HyperName::Momentum : HyperName::Beta1);
+}
+
+bool ParamGroups::scheduled(HyperName which, const ScheduledHyper &schedule, double *out) const {
+  if (which == HyperName::Lr) {
+    *out = schedule.lr;
+    return true;
+  }
+  if (schedule.has_momentum && is_momentum(which)) {
+    *out = schedule.momentum;
+    return true;
+  }
+  if (schedule.has_beta2 && which == HyperName::Beta2 && config_.type != OptimizerType::SGD &&
+      config_.type != OptimizerType::Adagrad) {
+    *out = schedule.beta2;
+    return true;
+  }
+  return false;
 }
 
 double ParamGroups::get_raw(size_t group, HyperName name) const {
@@ -216,8 +235,7 @@ Status ParamGroups::check_consistent() const {
   return Status::Ok();
 }
 
-OptimizerHyper ParamGroups::hyper(size_t g, double lr, int64_t step, bool has_momentum, double momentum,
-                                  bool has_beta2, double beta2) const {
+OptimizerHyper ParamGroups::hyper(size_t g, int64_t step, const ScheduledHyper &schedule) const {
   OptimizerConfig c = config_;
   const GroupHyper &v = groups_[g];
   c.weight_decay = v.weight_decay;
@@ -229,15 +247,10 @@ OptimizerHyper ParamGroups::hyper(size_t g, double lr, int64_t step, bool has_mo
   c.nesterov = v.nesterov;
   c.max_coeff = v.max_coeff;
   c.min_coeff = v.min_coeff;
-  OptimizerHyper h = make_optimizer_hyper(c, lr, step);
-  if (has_momentum) {
-    if (c.type == OptimizerType::SGD)
-      h.momentum = static_cast<float>(momentum);
-    else
-      h.beta1 = static_cast<float>(momentum);
-  }
-  if (has_beta2 && c.type != OptimizerType::SGD && c.type != OptimizerType::Adagrad) h.beta2 = static_cast<float>(beta2);
-  return h;
+  (void)scheduled(HyperName::Beta1, schedule, &c.beta1);
+  (void)scheduled(HyperName::Beta2, schedule, &c.beta2);
+  (void)scheduled(HyperName::Momentum, schedule, &c.momentum);
+  return make_optimizer_hyper(c, schedule.lr, step);
 }
 
 }  // namespace dsrt

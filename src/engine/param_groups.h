@@ -35,6 +35,16 @@ struct GroupHyper {
   double min_coeff = 0.01;
 };
 
+// What a config schedule sets for a step: the lr, and under OneCycle's momentum cycle the momentum
+// (Adam-type beta1, SGD's momentum) and the beta2 it pins.
+struct ScheduledHyper {
+  double lr = 0.0;
+  bool has_momentum = false;
+  double momentum = 0.0;
+  bool has_beta2 = false;
+  double beta2 = 0.0;
+};
+
 // The hyperparameter names the C API takes, in a fixed order (checkpoints store them by name).
 enum class HyperName { Lr, WeightDecay, Beta1, Beta2, Eps, Momentum, Dampening, Nesterov, MaxCoeff, MinCoeff, Count };
 const char *hyper_name_text(HyperName name);
@@ -57,7 +67,8 @@ class ParamGroups {
   // betas outside [0, 1), eps <= 0 ...); STATE for a value the config scheduler drives. The
   // message names the group and the value.
   Status set(int32_t group, const char *name, double value);
-  Status get(int32_t group, const char *name, double *out) const;
+  // With schedule: what it drives (as hyper() applies it) instead of the group's value.
+  Status get(int32_t group, const char *name, double *out, const ScheduledHyper *schedule = nullptr) const;
   // Values by enum (checkpoints), without validation against the scheduler; set_raw validates range.
   double get_raw(size_t group, HyperName name) const;
   Status set_raw(size_t group, HyperName name, double value);
@@ -67,12 +78,15 @@ class ParamGroups {
   // CONFIG error if a group's SGD nesterov setting needs momentum > 0 and dampening 0.
   Status check_consistent() const;
 
-  // The kernels' hyperparameters for group g at step `step`, given the lr and (when the schedule
-  // cycles it) momentum the step uses.
-  OptimizerHyper hyper(size_t g, double lr, int64_t step, bool has_momentum, double momentum, bool has_beta2,
-                       double beta2) const;
+  // The kernels' hyperparameters for group g at step `step`: the group's values, with the lr the
+  // step uses (schedule.lr: the group's own without a config schedule) and what the schedule drives.
+  OptimizerHyper hyper(size_t g, int64_t step, const ScheduledHyper &schedule) const;
 
  private:
+  // The value the schedule gives `which`, if it drives it.
+  bool scheduled(HyperName which, const ScheduledHyper &schedule, double *out) const;
+  // The value a momentum schedule drives: SGD's momentum, every other optimizer's beta1.
+  bool is_momentum(HyperName which) const;
   Status check_range(int32_t group, HyperName name, double value) const;
   OptimizerConfig config_;
   std::vector<GroupHyper> groups_;
